@@ -1,0 +1,1 @@
+"""The bronze layer: transforms and stateful processors, no I/O."""

@@ -1,0 +1,1 @@
+"""The gold layer: transforms and stateful processors, no I/O."""

@@ -1,0 +1,99 @@
+"""The one place a SparkSession is built. Jobs and tests call :func:`build_session`; nothing
+creates a session at import time."""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lakehouse.javacheck import check_java
+from lakehouse.settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+
+def session_conf(settings: Settings) -> dict[str, str]:
+    """The Spark configuration the settings ask for (pure, so it can be tested without a JVM)."""
+    store = settings.state_store
+    conf = {
+        "spark.app.name": settings.app_name,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.streaming.stateStore.providerClass": (
+            ROCKSDB_PROVIDER if store.provider == "rocksdb" else HDFS_PROVIDER
+        ),
+        "spark.sql.streaming.minBatchesToRetain": str(store.min_batches_to_retain),
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Lets the embedded Delta reader prune files on partition columns.
+        "spark.sql.python.filterPushdown.enabled": "true",
+        "spark.ui.enabled": str(settings.ui_enabled).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",
+    }
+    if store.provider == "rocksdb":
+        conf["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] = str(
+            store.changelog_checkpointing
+        ).lower()
+    if settings.master.startswith("local"):
+        # A single machine: keep the driver on loopback so a laptop's VPN cannot break it, and
+        # run Python workers with this interpreter (the one that has the project installed).
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+        conf["spark.pyspark.python"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    if settings.backend == "native":
+        conf.update(native_delta_conf(settings))
+    conf.update(settings.spark_conf)
+    return conf
+
+
+def native_delta_conf(settings: Settings) -> dict[str, str]:
+    """Classpath and extensions for delta-spark (the native backend)."""
+    conf = {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    }
+    if settings.native.jars_dir:
+        jars = sorted(glob.glob(str(Path(settings.native.jars_dir) / "*.jar")))
+        if not jars:
+            raise SettingsError(
+                f"setting 'native.jars_dir' points to {settings.native.jars_dir}, which holds no "
+                "jar; put delta-spark and delta-storage jars there or use native.jars_packages"
+            )
+        conf["spark.jars"] = ",".join(jars)
+    elif settings.native.jars_packages:
+        conf["spark.jars.packages"] = settings.native.jars_packages
+    else:
+        raise SettingsError(
+            "the native backend needs 'native.jars_packages' or 'native.jars_dir' to be set"
+        )
+    return conf
+
+
+def build_session(settings: Settings, app_name: str | None = None) -> SparkSession:
+    """Build (or return the active) SparkSession for these settings and register the
+    ``deltalake`` data source on it."""
+    check_java()
+    if settings.master.startswith("local"):
+        # Spark's Python workers (data source planning among them) read this variable.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(settings.master)
+    for key, value in session_conf(settings).items():
+        builder = builder.config(key, value)
+    if app_name:
+        builder = builder.appName(app_name)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(settings.log_level)
+    from lakehouse.storage.delta_source import DeltaLakeDataSource
+
+    spark.dataSource.register(DeltaLakeDataSource)
+    return spark

@@ -1,0 +1,333 @@
+"""Typed settings: built-in defaults, a TOML profile, environment variables, command-line flags.
+
+Precedence, lowest first: the defaults below, ``[defaults]`` of the TOML file, ``[profiles.<name>]``
+of the TOML file, ``LAKEHOUSE_*`` environment variables, then explicit overrides (command line).
+Every value is validated when the settings are loaded, so a typo fails at start-up with the key and
+the allowed values, not an hour later inside a streaming query.
+
+The lake layout under ``root`` is fixed (ARCHITECTURE.md 3): ``landing/<source>/``,
+``tables/<layer>/<table>/`` and ``checkpoints/<layer>/<flow>/``. Layer code asks this module for
+paths; it never spells one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints
+
+LAYERS = ("bronze", "silver", "gold", "ops")
+BACKENDS = ("embedded", "native")
+TRIGGERS = ("available-now", "continuous")
+STATE_STORES = ("rocksdb", "hdfs")
+ENV_PREFIX = "LAKEHOUSE_"
+_DURATION = re.compile(r"^\s*(\d+)\s*(second|minute|hour|day)s?\s*$")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class SettingsError(ValueError):
+    """A setting is unknown, missing or has a value outside what is allowed."""
+
+
+def duration_seconds(text: str) -> int:
+    """Parse a Spark-style duration such as ``"10 minutes"`` into seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise SettingsError(
+            f"invalid duration {text!r}: use '<n> seconds|minutes|hours|days', e.g. '10 minutes'"
+        )
+    unit = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}[match.group(2)]
+    return int(match.group(1)) * unit
+
+
+@dataclass(frozen=True)
+class TriggerSettings:
+    mode: str = "available-now"
+    interval: str = "5 seconds"  # processing-time interval of the continuous mode
+    max_files_per_trigger: int = 0  # 0: no limit
+
+
+@dataclass(frozen=True)
+class StateStoreSettings:
+    provider: str = "rocksdb"
+    changelog_checkpointing: bool = True
+    min_batches_to_retain: int = 20
+
+
+@dataclass(frozen=True)
+class WatermarkSettings:
+    events: str = "10 minutes"
+    impressions: str = "2 hours"
+    clicks: str = "3 hours"
+
+
+@dataclass(frozen=True)
+class MaintenanceSettings:
+    vacuum_retention_hours: int = 168
+    target_file_size_mb: int = 128
+
+
+@dataclass(frozen=True)
+class NativeSettings:
+    # Maven coordinates resolved by Spark at start-up, or a folder of jars; one is needed.
+    jars_packages: str = "io.delta:delta-spark_2.13:4.4.1"
+    jars_dir: str = ""
+
+
+@dataclass(frozen=True)
+class SqlSettings:
+    host: str = "127.0.0.1"
+    port: int = 10000
+
+
+@dataclass(frozen=True)
+class Settings:
+    profile: str = "local"
+    root: Path = Path("./lakehouse-data")
+    backend: str = "embedded"
+    master: str = "local[*]"
+    app_name: str = "lakehouse"
+    shuffle_partitions: int = 4
+    log_level: str = "WARN"
+    ui_enabled: bool = False
+    trigger: TriggerSettings = field(default_factory=TriggerSettings)
+    state_store: StateStoreSettings = field(default_factory=StateStoreSettings)
+    watermarks: WatermarkSettings = field(default_factory=WatermarkSettings)
+    maintenance: MaintenanceSettings = field(default_factory=MaintenanceSettings)
+    native: NativeSettings = field(default_factory=NativeSettings)
+    sql: SqlSettings = field(default_factory=SqlSettings)
+    # Free-form Spark configuration passed through unchanged (key -> value).
+    spark_conf: dict[str, str] = field(default_factory=dict)
+
+    # ---- lake layout -------------------------------------------------------------------
+    def landing_path(self, source: str | None = None) -> Path:
+        base = self.root / "landing"
+        return base / _checked_name("source", source) if source else base
+
+    def table_path(self, name: str) -> Path:
+        """Location of table ``layer.table``, e.g. ``gold.sessions`` -> ``tables/gold/sessions``."""
+        layer, table = split_table_name(name)
+        return self.root / "tables" / layer / table
+
+    def checkpoint_path(self, layer: str, flow: str) -> Path:
+        if layer not in LAYERS:
+            raise SettingsError(f"unknown layer {layer!r}; allowed: {', '.join(LAYERS)}")
+        return self.root / "checkpoints" / layer / _checked_name("flow", flow)
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Settings:
+        """A copy with dotted-key overrides applied (``{"trigger.mode": "continuous"}``)."""
+        data = _as_dict(self)
+        for key, value in overrides.items():
+            if value is not None:
+                _set_dotted(data, key, value)
+        return _build(Settings, data, "")
+
+
+def split_table_name(name: str) -> tuple[str, str]:
+    parts = name.split(".")
+    if len(parts) != 2 or parts[0] not in LAYERS or not _NAME.match(parts[1]):
+        raise SettingsError(
+            f"invalid table name {name!r}: expected '<layer>.<table>' with layer one of "
+            f"{', '.join(LAYERS)} and a lower-case table name"
+        )
+    return parts[0], parts[1]
+
+
+def _checked_name(kind: str, name: str) -> str:
+    if not _NAME.match(name):
+        raise SettingsError(f"invalid {kind} name {name!r}: use lower-case letters, digits and _")
+    return name
+
+
+# ---- loading ---------------------------------------------------------------------------
+
+
+def default_config_path() -> Path | None:
+    """``$LAKEHOUSE_CONFIG``, else ``./conf/lakehouse.toml``, else the checkout's own copy."""
+    explicit = os.environ.get(ENV_PREFIX + "CONFIG")
+    if explicit:
+        return Path(explicit)
+    for candidate in (
+        Path.cwd() / "conf" / "lakehouse.toml",
+        Path(__file__).resolve().parent.parent / "conf" / "lakehouse.toml",
+    ):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_settings(
+    profile: str | None = None,
+    config_path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Settings:
+    """Load and validate settings; raise :class:`SettingsError` naming the offending key."""
+    env = os.environ if env is None else env
+    path = Path(config_path) if config_path else default_config_path()
+    document: dict[str, Any] = {}
+    if path is not None:
+        if not path.is_file():
+            raise SettingsError(f"settings file {path} does not exist")
+        try:
+            document = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"settings file {path} is not valid TOML: {exc}") from None
+        unknown = set(document) - {"defaults", "profiles"}
+        if unknown:
+            raise SettingsError(
+                f"unknown section(s) {sorted(unknown)} in {path}; allowed: defaults, profiles"
+            )
+    profiles = document.get("profiles", {})
+    profile = profile or env.get(ENV_PREFIX + "PROFILE") or "local"
+    if profiles and profile not in profiles:
+        raise SettingsError(
+            f"unknown profile {profile!r}; allowed: {', '.join(sorted(profiles))}"
+            + (f" (from {path})" if path else "")
+        )
+    if not profiles and profile != "local":
+        raise SettingsError(f"unknown profile {profile!r}: no settings file defines profiles")
+
+    data = _as_dict(Settings())
+    _deep_merge(data, document.get("defaults", {}), "")
+    _deep_merge(data, profiles.get(profile, {}), "")
+    data["profile"] = profile
+    for key, value in env.items():
+        if key.startswith(ENV_PREFIX) and key not in (
+            ENV_PREFIX + "PROFILE",
+            ENV_PREFIX + "CONFIG",
+        ):
+            dotted = key[len(ENV_PREFIX) :].lower().replace("__", ".")
+            _set_dotted(data, dotted, value, source=f"environment variable {key}")
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            _set_dotted(data, key, value)
+    return _build(Settings, data, "")
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        out[f.name] = _as_dict(value) if dataclasses.is_dataclass(value) else value
+    return out
+
+
+def _deep_merge(target: dict[str, Any], source: Mapping[str, Any], prefix: str) -> None:
+    for key, value in source.items():
+        dotted = prefix + key
+        if key not in target:
+            raise SettingsError(_unknown_key(dotted, target))
+        if isinstance(target[key], dict) and key != "spark_conf":
+            if not isinstance(value, Mapping):
+                raise SettingsError(f"setting {dotted!r} must be a table of settings")
+            _deep_merge(target[key], value, dotted + ".")
+        elif key == "spark_conf":
+            if not isinstance(value, Mapping):
+                raise SettingsError("setting 'spark_conf' must be a table of key = value")
+            target[key] = {**target[key], **{str(k): str(v) for k, v in value.items()}}
+        else:
+            target[key] = value
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any, source: str | None = None) -> None:
+    parts = dotted.split(".")
+    node = data
+    for i, part in enumerate(parts):
+        here = ".".join(parts[: i + 1])
+        if node is data.get("spark_conf"):
+            node[".".join(parts[i:])] = str(value)
+            return
+        if part not in node:
+            msg = _unknown_key(here, node)
+            raise SettingsError(f"{msg} (from {source})" if source else msg)
+        if i == len(parts) - 1:
+            node[part] = value
+        else:
+            if not isinstance(node[part], dict):
+                raise SettingsError(f"setting {here!r} has no sub-settings")
+            node = node[part]
+
+
+def _unknown_key(dotted: str, siblings: Mapping[str, Any]) -> str:
+    return f"unknown setting {dotted!r}; allowed here: {', '.join(sorted(siblings))}"
+
+
+_CHOICES = {
+    "backend": BACKENDS,
+    "trigger.mode": TRIGGERS,
+    "state_store.provider": STATE_STORES,
+    "log_level": ("ERROR", "WARN", "INFO", "DEBUG"),
+}
+_DURATIONS = {
+    "trigger.interval",
+    "watermarks.events",
+    "watermarks.impressions",
+    "watermarks.clicks",
+}
+_POSITIVE = {"shuffle_partitions", "state_store.min_batches_to_retain", "sql.port"}
+_NON_NEGATIVE = {
+    "trigger.max_files_per_trigger",
+    "maintenance.vacuum_retention_hours",
+    "maintenance.target_file_size_mb",
+}
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
+    hints = get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        dotted = prefix + f.name
+        kwargs[f.name] = _coerce(dotted, hints[f.name], data[f.name])
+    return cls(**kwargs)
+
+
+def _coerce(dotted: str, hint: Any, value: Any) -> Any:
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, dotted + ".")
+    if get_origin(hint) is dict:
+        return {str(k): str(v) for k, v in value.items()}
+    if hint is Path:
+        if not str(value).strip():
+            raise SettingsError(f"setting {dotted!r} must not be empty")
+        return Path(os.path.expanduser(str(value)))
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("true", "1", "yes", "on"):
+            return True
+        if text in ("false", "0", "no", "off"):
+            return False
+        raise SettingsError(f"setting {dotted!r} must be true or false; got {value!r}")
+    if hint is int:
+        if isinstance(value, bool):
+            raise SettingsError(f"setting {dotted!r} must be an integer; got {value!r}")
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            raise SettingsError(f"setting {dotted!r} must be an integer; got {value!r}") from None
+        if dotted in _POSITIVE and number <= 0:
+            raise SettingsError(f"setting {dotted!r} must be > 0; got {number}")
+        if dotted in _NON_NEGATIVE and number < 0:
+            raise SettingsError(f"setting {dotted!r} must be >= 0; got {number}")
+        return number
+    if hint is str or str in get_args(hint):
+        text = str(value)
+        choices = _CHOICES.get(dotted)
+        if choices and text not in choices:
+            raise SettingsError(
+                f"setting {dotted!r} must be one of {', '.join(choices)}; got {text!r}"
+            )
+        if dotted in _DURATIONS:
+            try:
+                duration_seconds(text)
+            except SettingsError as exc:
+                raise SettingsError(f"setting {dotted!r}: {exc}") from None
+        return text
+    raise TypeError(f"unsupported settings type {hint!r} for {dotted}")  # a bug, not user input

@@ -1,0 +1,293 @@
+"""The table storage interface and its two backends.
+
+Both backends write standard Delta tables under ``tables/<layer>/<table>`` and give streaming
+writes exactly-once semantics: append and complete modes go through the backend's streaming sink,
+update mode through ``foreachBatch`` and a MERGE on the declared key columns, each commit tagged
+with an app transaction so a replayed micro-batch is skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lakehouse.settings import Settings, TriggerSettings, split_table_name
+from lakehouse.storage import deltafiles as dfiles
+from lakehouse.storage.deltafiles import TableNotFound
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+OUTPUT_MODES = ("append", "complete", "update")
+
+
+class NativeUnavailable(RuntimeError):
+    """The native backend was chosen but delta-spark is not on the Spark classpath."""
+
+
+def trigger_kwargs(trigger: TriggerSettings) -> dict[str, Any]:
+    """``DataStreamWriter.trigger`` arguments for the configured trigger."""
+    if trigger.mode == "available-now":
+        return {"availableNow": True}
+    return {"processingTime": trigger.interval}
+
+
+class TableStore(ABC):
+    """Read, read as a stream, write, and write a stream, for tables named ``layer.table``."""
+
+    format: str
+
+    def __init__(self, spark: SparkSession, settings: Settings):
+        self.spark = spark
+        self.settings = settings
+
+    # -- locations --
+    def path(self, name: str) -> Path:
+        return self.settings.table_path(name).absolute()
+
+    def exists(self, name: str) -> bool:
+        return dfiles.is_delta_table(self.path(name))
+
+    def require(self, name: str) -> Path:
+        path = self.path(name)
+        if not dfiles.is_delta_table(path):
+            layer, _ = split_table_name(name)
+            raise TableNotFound(
+                f"table {name} does not exist at {path}; run the {layer} layer that writes it "
+                "first, or check --root"
+            )
+        return path
+
+    # -- reading --
+    def read(self, name: str, columns: Sequence[str] | None = None) -> DataFrame:
+        df = self._named(self.spark.read.format(self.format), name).load(str(self.require(name)))
+        return df.select(*columns) if columns else df
+
+    def read_stream(self, name: str, max_files_per_trigger: int | None = None) -> DataFrame:
+        path = self.require(name)
+        reader = self._named(self.spark.readStream.format(self.format), name)
+        limit = max_files_per_trigger or self.settings.trigger.max_files_per_trigger
+        if limit:
+            reader = reader.option("maxFilesPerTrigger", int(limit))
+        return reader.load(str(path))
+
+    def _named(self, reader_or_writer, name: str):
+        """Hook: tell the source or sink which table it handles (for its error messages)."""
+        return reader_or_writer
+
+    # -- writing --
+    def write(
+        self, df: DataFrame, name: str, mode: str = "append", partition_by: Sequence[str] = ()
+    ) -> None:
+        if mode not in ("append", "overwrite"):
+            raise ValueError(f"write mode must be append or overwrite; got {mode!r}")
+        writer = self._named(df.write.format(self.format), name).mode(mode)
+        if partition_by:
+            writer = self._partitioned(writer, partition_by)
+        writer.save(str(self.path(name)))
+
+    @abstractmethod
+    def create(self, name: str, schema: StructType, partition_by: Sequence[str] = ()) -> bool:
+        """Create an empty table when it does not exist; True when created."""
+
+    def write_stream(
+        self,
+        df: DataFrame,
+        name: str,
+        checkpoint: str | Path,
+        *,
+        output_mode: str = "append",
+        keys: Sequence[str] = (),
+        trigger: dict[str, Any] | None = None,
+        query_name: str | None = None,
+    ) -> StreamingQuery:
+        """Start a streaming query writing ``df`` to table ``name``, exactly once."""
+        if output_mode not in OUTPUT_MODES:
+            raise ValueError(f"output mode must be one of {', '.join(OUTPUT_MODES)}")
+        split_table_name(name)
+        writer = (
+            df.writeStream.outputMode(output_mode)
+            .option("checkpointLocation", str(checkpoint))
+            .queryName(query_name or name)
+        )
+        if trigger:
+            writer = writer.trigger(**trigger)
+        if output_mode == "update":
+            if not keys:
+                raise ValueError(
+                    f"update mode on {name} needs key columns: the rows of each micro-batch are "
+                    "upserted (MERGE) by key"
+                )
+            missing = [k for k in keys if k not in df.columns]
+            if missing:
+                raise ValueError(f"key column(s) {', '.join(missing)} of {name} not in the stream")
+            app_id = dfiles.app_id_for_checkpoint(checkpoint)
+            keys = list(keys)
+
+            def upsert(batch: DataFrame, batch_id: int) -> None:
+                self.upsert(batch, name, keys, app_id, batch_id)
+
+            return writer.foreachBatch(upsert).start()
+        return self._start_sink(writer, name, Path(checkpoint))
+
+    @abstractmethod
+    def _start_sink(self, writer, name: str, checkpoint: Path) -> StreamingQuery: ...
+
+    @abstractmethod
+    def upsert(
+        self, df: DataFrame, name: str, keys: Sequence[str], app_id: str, batch_id: int
+    ) -> None:
+        """MERGE one micro-batch into ``name`` by ``keys``, once per ``(app_id, batch_id)``."""
+
+    def _partitioned(self, writer, partition_by: Sequence[str]):
+        return writer.partitionBy(*partition_by)
+
+
+class EmbeddedStore(TableStore):
+    """Delta through delta-rs, plugged into Spark as the ``deltalake`` Python data source."""
+
+    format = "deltalake"
+
+    def _named(self, reader_or_writer, name: str):
+        return reader_or_writer.option("tableName", name)
+
+    def _partitioned(self, writer, partition_by: Sequence[str]):
+        return writer.option("partitionBy", ",".join(partition_by))
+
+    def create(self, name: str, schema: StructType, partition_by: Sequence[str] = ()) -> bool:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return dfiles.create_table(
+            str(self.path(name)), to_arrow_schema(schema, timezone="UTC"), partition_by
+        )
+
+    def _start_sink(self, writer, name: str, checkpoint: Path) -> StreamingQuery:
+        writer = self._named(writer.format(self.format), name)
+        writer = writer.option("txnAppId", dfiles.app_id_for_checkpoint(checkpoint))
+        return writer.start(str(self.path(name)))
+
+    def upsert(
+        self, df: DataFrame, name: str, keys: Sequence[str], app_id: str, batch_id: int
+    ) -> None:
+        from deltalake import CommitProperties, Transaction
+        from deltalake.exceptions import CommitFailedError
+
+        root = str(self.path(name))
+        data = df.toArrow()
+        if not dfiles.is_delta_table(root):
+            dfiles.create_table(root, data.schema)
+        table = dfiles.open_table(root)
+        table_schema = dfiles.utc_schema(dfiles.table_arrow_schema(table))
+        dfiles.check_schema(name, table_schema, dfiles.utc_schema(data.schema))
+        data = dfiles.conform(data, table_schema)
+        predicate = " AND ".join(f"t.`{k}` IS NOT DISTINCT FROM s.`{k}`" for k in keys)
+        for attempt in range(dfiles.MAX_COMMIT_ATTEMPTS):
+            table = dfiles.open_table(root)
+            if dfiles.already_committed(table, app_id, batch_id):
+                log.info("upsert batch %s of %s already in %s: skipped", batch_id, app_id, name)
+                return
+            if data.num_rows == 0:
+                return
+            try:
+                (
+                    table.merge(
+                        source=data,
+                        predicate=predicate,
+                        source_alias="s",
+                        target_alias="t",
+                        commit_properties=CommitProperties(
+                            app_transactions=[Transaction(app_id=app_id, version=batch_id)]
+                        ),
+                    )
+                    .when_matched_update_all()
+                    .when_not_matched_insert_all()
+                    .execute()
+                )
+                return
+            except CommitFailedError:
+                if attempt == dfiles.MAX_COMMIT_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+
+
+class NativeStore(TableStore):
+    """``format("delta")`` through delta-spark, for clusters where its jars are available."""
+
+    format = "delta"
+
+    def __init__(self, spark: SparkSession, settings: Settings):
+        super().__init__(spark, settings)
+        if not native_available(spark):
+            raise NativeUnavailable(
+                "the native backend needs delta-spark on the Spark classpath (settings "
+                "native.jars_packages or native.jars_dir); use backend = 'embedded' otherwise"
+            )
+
+    def create(self, name: str, schema: StructType, partition_by: Sequence[str] = ()) -> bool:
+        if self.exists(name):
+            return False
+        from delta.tables import DeltaTable
+
+        builder = DeltaTable.createIfNotExists(self.spark).location(str(self.path(name)))
+        builder = builder.addColumns(schema)
+        if partition_by:
+            builder = builder.partitionedBy(*partition_by)
+        builder.execute()
+        return True
+
+    def _start_sink(self, writer, name: str, checkpoint: Path) -> StreamingQuery:
+        # delta-spark's sink is exactly-once on its own (it records the query id and batch id)
+        return writer.format(self.format).start(str(self.path(name)))
+
+    def upsert(
+        self, df: DataFrame, name: str, keys: Sequence[str], app_id: str, batch_id: int
+    ) -> None:
+        from delta.tables import DeltaTable
+
+        spark = df.sparkSession
+        path = str(self.path(name))
+        if not self.exists(name):
+            df.write.format("delta").option("txnAppId", app_id).option("txnVersion", batch_id).save(
+                path
+            )
+            return
+        # delta-spark's idempotent DML: the MERGE is skipped when (app id, version) is recorded
+        spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
+        spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
+        try:
+            condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+            (
+                DeltaTable.forPath(spark, path)
+                .alias("t")
+                .merge(df.alias("s"), condition)
+                .whenMatchedUpdateAll()
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+        finally:
+            spark.conf.unset("spark.databricks.delta.write.txnAppId")
+            spark.conf.unset("spark.databricks.delta.write.txnVersion")
+
+
+def native_available(spark: SparkSession) -> bool:
+    try:
+        spark._jvm.org.apache.spark.util.Utils.classForName(
+            "io.delta.tables.DeltaTable", True, False
+        )
+        return True
+    except Exception:
+        return False
+
+
+def table_store(spark: SparkSession, settings: Settings) -> TableStore:
+    """The backend the settings choose."""
+    if settings.backend == "native":
+        return NativeStore(spark, settings)
+    return EmbeddedStore(spark, settings)

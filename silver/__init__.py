@@ -1,0 +1,1 @@
+"""The silver layer: transforms and stateful processors, no I/O."""
