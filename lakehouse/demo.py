@@ -13,7 +13,9 @@ import datetime as dt
 from lakehouse.settings import Settings
 from lakehouse.storage import table_store, trigger_kwargs
 
-EVENTS_SCHEMA = "event_id string, user_id long, event_type string, amount double, event_time timestamp"
+EVENTS_SCHEMA = (
+    "event_id string, user_id long, event_type string, amount double, event_time timestamp"
+)
 TYPES = ("page_view", "search", "add_to_cart", "purchase")
 
 

@@ -20,7 +20,10 @@ Options:
     overwriteSchema      batch overwrite: ``true`` replaces the table's schema
     txnAppId, txnVersion batch write: skip the write when the table already records this app
                          transaction version (idempotent writes, as in delta-spark)
-    checkpointLocation   streaming write: identifies the query for exactly-once commits
+    checkpointLocation   streaming write: its query id tags each commit (exactly-once)
+    failpoint            fault injection for tests: ``before-commit`` writes the data files,
+                         then fails instead of committing them and leaves them behind, as a
+                         crash between the two would
 
 Column pruning: Spark does not push projections into Python data sources, so a reader asked for
 fewer columns (``spark.read.format("deltalake").schema("a long, b string")``) reads only those
@@ -113,11 +116,13 @@ class DeltaLakeDataSource(DataSource):
 
     def _open(self, version: int | None = None):
         try:
-            return dfiles.open_table(self.root, version)
+            table = dfiles.open_table(self.root, version)
         except TableNotFound:
             raise TableNotFound(
                 f"{self.label} does not exist (no _delta_log); write to it first or check the path"
             ) from None
+        dfiles.check_readable(table, self.label)
+        return table
 
     def schema(self) -> StructType:
         return from_arrow_schema(
@@ -197,14 +202,11 @@ class DeltaBatchReader(DataSourceReader):
         self.pushed: list[Filter] = []
 
     def pushFilters(self, filters: list[Filter]):
-        """Partition-column filters are answered by pruning files; other comparisons skip files
-        by their statistics and are handed back, because Spark must still filter the rows."""
+        """Filters prune files (by partition values, else by statistics); all of them go back
+        to Spark, which still filters the rows, so a doubtful prune can only keep a file."""
         for f in filters:
-            column = _filter_column(f)
-            if column is not None and _prunable(f):
+            if _filter_column(f) is not None and _prunable(f):
                 self.pushed.append(f)
-                if column in self.reading.partition_types:
-                    continue
             yield f
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -235,14 +237,6 @@ def _prunable(f: Filter) -> bool:
     )
 
 
-def _typed_partition_value(text: str | None, typ: pa.DataType):
-    if text is None or text == dfiles.HIVE_NULL:
-        return None
-    if pa.types.is_string(typ):
-        return text
-    return pa.scalar(text).cast(typ).as_py()
-
-
 def _keep_file(f: DataFile, filters: list[Filter], partition_types: dict) -> bool:
     """False when a pushed filter proves the file holds no matching row."""
     values = f.partition_dict()
@@ -250,7 +244,7 @@ def _keep_file(f: DataFile, filters: list[Filter], partition_types: dict) -> boo
     for flt in filters:
         column = _filter_column(flt)
         if column in partition_types:
-            value = _typed_partition_value(values.get(column), partition_types[column])
+            value = dfiles.parse_partition_value(values.get(column), partition_types[column])
             if not _matches(flt, value):
                 return False
         else:
@@ -409,7 +403,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.starting_version is not None:
             start = _Position(self.starting_version, False, 0)
         else:
-            start = _Position(dfiles.latest_version(self.root), True, 0)
+            start = _Position(self._end_version(), True, 0)
         return self._normalize(start, self._end_version()).offset()
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -432,7 +426,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return pos.offset()
 
     def reportLatestOffset(self) -> dict | None:
-        return {"version": dfiles.latest_version(self.root), "snapshot": False, "index": 0}
+        return {"version": dfiles.latest_version(self.root) + 1, "snapshot": False, "index": 0}
 
     def files_between(self, start: dict, end: dict) -> list[DataFile]:
         a, b = _Position.of(start), _Position.of(end)
@@ -474,6 +468,7 @@ class _TableWriting:
         self.root = root
         self.label = label
         self.mode = "overwrite" if overwrite else "append"
+        self.failpoint = options.get("failpoint")
         incoming = dfiles.utc_schema(to_arrow_schema(schema, timezone="UTC"))
         if dfiles.is_delta_table(root):
             table = dfiles.open_table(root)
@@ -508,6 +503,8 @@ class _TableWriting:
 
     def commit(self, messages, app_id: str | None, batch_id: int | None) -> bool:
         files = [f for m in messages if m is not None for f in m.files]
+        if self.failpoint == "before-commit":
+            raise RuntimeError(f"failpoint before-commit: {len(files)} file(s) left uncommitted")
         if not files and self.mode == "append" and dfiles.is_delta_table(self.root):
             return False  # nothing to add; an empty commit would only lengthen the log
         return dfiles.commit_files(
@@ -522,6 +519,8 @@ class _TableWriting:
         )
 
     def abort(self, messages) -> None:
+        if self.failpoint == "before-commit":
+            return  # a crashed writer cleans nothing up
         for m in messages:
             if m is not None:
                 dfiles.delete_files(self.root, [f.path for f in m.files])
@@ -549,14 +548,14 @@ class DeltaBatchWriter(DataSourceArrowWriter):
 class DeltaStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, root, label, schema, overwrite, options):
         self.writing = _TableWriting(root, label, schema, overwrite, options)
-        app_id = options.get("txnAppId")
         checkpoint = options.get("checkpointLocation")
-        if not app_id and not checkpoint:
+        if not checkpoint:
             raise ValueError(
-                f"a streaming write to the {label} needs a checkpointLocation (it identifies the "
-                "query for exactly-once commits)"
+                f"a streaming write to the {label} needs a checkpointLocation (its query id "
+                "tags every commit for exactly-once)"
             )
-        self.app_id = app_id or dfiles.app_id_for_checkpoint(checkpoint)
+        # writers are re-created for every micro-batch, on the driver, after the query started
+        self.app_id = dfiles.app_id_for_checkpoint(checkpoint)
 
     def write(self, iterator):
         return self.writing.write(iterator)

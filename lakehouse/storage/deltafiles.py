@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
-import hashlib
 import json
 import logging
 import math
@@ -126,7 +125,8 @@ def conform(batch: pa.RecordBatch | pa.Table, schema: pa.Schema) -> pa.RecordBat
 
 @dataclass(frozen=True)
 class DataFile:
-    """One data file of a table: relative path, partition values as in the log, size."""
+    """One data file of a table: path relative to the root as on disk (the log's path
+    URL-decoded), partition values as in the log, size, stats JSON."""
 
     path: str
     partition_values: tuple[tuple[str, str | None], ...] = ()
@@ -134,7 +134,7 @@ class DataFile:
     stats: str | None = None
 
     def absolute(self, root: str) -> str:
-        return os.path.join(root, urllib.parse.unquote(self.path))
+        return os.path.join(root, self.path)
 
     def partition_dict(self) -> dict[str, str | None]:
         return dict(self.partition_values)
@@ -200,7 +200,7 @@ def read_version(root: str | Path, version: int) -> VersionChange:
 def _data_file(add: dict[str, Any]) -> DataFile:
     pv = add.get("partitionValues") or {}
     return DataFile(
-        path=add["path"],
+        path=urllib.parse.unquote(add["path"]),
         partition_values=tuple(sorted(pv.items())),
         size=int(add.get("size", 0)),
         stats=add.get("stats"),
@@ -238,7 +238,7 @@ def snapshot_files(table) -> list[DataFile]:
             )
         files.append(
             DataFile(
-                path=row["path"],
+                path=urllib.parse.unquote(row["path"]),
                 partition_values=tuple(
                     sorted((k, partition_value_string(v)) for k, v in pv.items())
                 ),
@@ -259,6 +259,19 @@ def _json_stats(values: dict | None, kind: str) -> dict:
             if converted is not None:
                 out[key] = converted
     return out
+
+
+def check_readable(table, label: str) -> None:
+    """Column mapping and deletion vectors change what the Parquet files mean; refuse them
+    rather than return wrong rows."""
+    config = table.metadata().configuration or {}
+    mapping = config.get("delta.columnMapping.mode", "none")
+    features = set(table.protocol().reader_features or [])
+    if mapping != "none" or features & {"columnMapping", "deletionVectors"}:
+        raise UnsupportedChange(
+            f"the {label} uses column mapping or deletion vectors, which the embedded backend "
+            "does not read; use the native backend (delta-spark) for it"
+        )
 
 
 def table_arrow_schema(table) -> pa.Schema:
@@ -319,15 +332,17 @@ def _stats_for(column: pa.ChunkedArray | pa.Array, name: str, mins: dict, maxs: 
         or pa.types.is_decimal(t)
     ):
         return
-    if column.null_count == len(column):
-        return
+    if column.null_count == len(column) or pa.types.is_decimal(t):
+        return  # (decimal bounds as JSON floats could round past the true value)
+    if pa.types.is_floating(t) and pc.any(pc.is_nan(column)).as_py():
+        return  # min_max ignores NaN, which Spark orders above every number
     mm = pc.min_max(column)
     lo = _stat_value(mm["min"].as_py(), "min")
     hi = _stat_value(mm["max"].as_py(), "max")
     if lo is not None:
-        mins[name] = float(lo) if pa.types.is_decimal(t) else lo
+        mins[name] = lo
     if hi is not None:
-        maxs[name] = float(hi) if pa.types.is_decimal(t) else hi
+        maxs[name] = hi
 
 
 def file_stats(table: pa.Table) -> str:
@@ -354,11 +369,18 @@ def partition_value_string(value: Any) -> str | None:
     return str(value)
 
 
+_HIVE_UNSAFE = set("\"#%'*/:=?\\\x7f{[]^")
+
+
+def _hive_escape(value: str) -> str:
+    return "".join(f"%{ord(c):02X}" if c in _HIVE_UNSAFE or ord(c) < 32 else c for c in value)
+
+
 def _partition_dir(partition_by: Sequence[str], values: Sequence[str | None]) -> str:
+    """The directory on disk, Hive-escaped like delta-spark writes it (``p=a%3Ab``)."""
     parts = []
     for name, value in zip(partition_by, values, strict=True):
-        text = HIVE_NULL if value is None else urllib.parse.quote(value, safe="")
-        parts.append(f"{name}={text}")
+        parts.append(f"{name}={HIVE_NULL if value is None else _hive_escape(value)}")
     return "/".join(parts)
 
 
@@ -366,7 +388,7 @@ def _partition_dir(partition_by: Sequence[str], values: Sequence[str | None]) ->
 class AddedFile:
     """A Parquet file written under the table root, ready to be committed."""
 
-    path: str  # relative to the table root, URL-encoded as the Delta log wants it
+    path: str  # relative to the table root, as on disk (delta-rs URL-encodes it in the log)
     size: int
     partition_values: dict[str, str | None]
     stats: str
@@ -400,6 +422,12 @@ class DataFileWriter:
         self.root = root
         self.schema = schema
         self.partition_by = list(partition_by)
+        for name in self.partition_by:
+            if pa.types.is_floating(schema.field(name).type):
+                raise ValueError(
+                    f"cannot partition by floating-point column {name}: NaN and -0.0 make "
+                    "partition values ambiguous; partition by a string, integer or date"
+                )
         self.data_schema = pa.schema([f for f in schema if f.name not in self.partition_by])
         self.task = task
         self.target_rows = target_rows
@@ -437,7 +465,7 @@ class DataFileWriter:
             rel_dir = _partition_dir(self.partition_by, key) if self.partition_by else ""
             name = f"part-{self.task}-{uuid.uuid4()}.c000.snappy.parquet"
             rel = f"{rel_dir}/{name}" if rel_dir else name
-            absolute = os.path.join(self.root, urllib.parse.unquote(rel))
+            absolute = os.path.join(self.root, rel)
             os.makedirs(os.path.dirname(absolute), exist_ok=True)
             writer = pq.ParquetWriter(absolute, self.data_schema, compression="snappy")
             self._open[key] = (writer, rel, [], 0)
@@ -452,7 +480,7 @@ class DataFileWriter:
     def _close(self, key: tuple) -> None:
         writer, rel, batches, _rows = self._open.pop(key)
         writer.close()
-        absolute = os.path.join(self.root, urllib.parse.unquote(rel))
+        absolute = os.path.join(self.root, rel)
         stat = os.stat(absolute)
         table = pa.Table.from_batches(batches, schema=self.data_schema)
         self.files.append(
@@ -481,19 +509,28 @@ class DataFileWriter:
 def delete_files(root: str, relative_paths: Iterable[str]) -> None:
     for rel in relative_paths:
         with contextlib.suppress(FileNotFoundError):
-            os.remove(os.path.join(root, urllib.parse.unquote(rel)))
+            os.remove(os.path.join(root, rel))
 
 
 # ---- committing ------------------------------------------------------------------------------
 
 
 def app_id_for_checkpoint(checkpoint: str | Path) -> str:
-    """A stable app id for a streaming query, derived from its checkpoint location.
+    """The app id of the streaming query that owns ``checkpoint``: its query id.
 
-    Python data source stream writers get no query id; the checkpoint identifies the query
-    across restarts, which is exactly what the app transaction must follow."""
-    resolved = os.path.realpath(os.path.expanduser(str(checkpoint)).removeprefix("file:"))
-    return "lakehouse-" + hashlib.sha256(resolved.encode()).hexdigest()[:32]
+    Python data source stream writers get no query id, but Spark writes it to
+    ``<checkpoint>/metadata`` when the query starts. It survives restarts on the same checkpoint
+    and is new for a new checkpoint, even at the same path, so a stream restarted from scratch
+    is not mistaken for a replay of the old one."""
+    path = Path(os.path.expanduser(str(checkpoint)).removeprefix("file:")) / "metadata"
+    try:
+        query_id = json.loads(path.read_text().splitlines()[0])["id"]
+    except (FileNotFoundError, IndexError, KeyError, ValueError):
+        raise RuntimeError(
+            f"cannot read the streaming query id from {path}: is {checkpoint} the checkpoint of "
+            "a started query?"
+        ) from None
+    return f"lakehouse-{query_id}"
 
 
 def already_committed(table, app_id: str | None, batch_id: int | None) -> bool:
@@ -541,6 +578,7 @@ def commit_files(
                 return True
             if table is None:
                 continue  # another writer created it first: append on the next round
+            _check_target(root, table, schema, partition_by, mode)
             table.create_write_transaction(
                 actions,
                 mode=mode,
@@ -554,7 +592,19 @@ def commit_files(
                 raise
             log.info("commit conflict on %s (attempt %d): %s; retrying", root, attempt + 1, exc)
             time.sleep(0.05 * (attempt + 1))
-    return False  # unreachable
+    raise RuntimeError(f"could not commit to {root} after {MAX_COMMIT_ATTEMPTS} attempts")
+
+
+def _check_target(root: str, table, schema: pa.Schema, partition_by: Sequence[str], mode: str):
+    """The table may have been created by another writer since the write was planned."""
+    current = list(table.metadata().partition_columns)
+    if current != list(partition_by):
+        raise SchemaMismatch(
+            f"cannot write to {root}: the table is partitioned by {current or 'nothing'}, "
+            f"the write by {list(partition_by) or 'nothing'}"
+        )
+    if mode == "append":
+        check_schema(root, utc_schema(table_arrow_schema(table)), utc_schema(schema))
 
 
 @contextlib.contextmanager
@@ -637,8 +687,17 @@ def iter_file_batches(
             yield conform(batch, schema)
 
 
-def _constant(text: str | None, typ: pa.DataType, rows: int) -> pa.Array:
+def parse_partition_value(text: str | None, typ: pa.DataType) -> Any:
+    """A partition value as the log stores it (a string) back to a Python value of ``typ``."""
     if text is None or text == HIVE_NULL:
-        return pa.nulls(rows, type=typ)
-    value = pa.scalar(text) if pa.types.is_string(typ) else pa.scalar(text).cast(typ)
-    return pa.repeat(value, rows)
+        return None
+    if pa.types.is_string(typ):
+        return text
+    if pa.types.is_timestamp(typ):
+        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    return pa.scalar(text).cast(typ).as_py()
+
+
+def _constant(text: str | None, typ: pa.DataType, rows: int) -> pa.Array:
+    return pa.repeat(pa.scalar(parse_partition_value(text, typ), type=typ), rows)

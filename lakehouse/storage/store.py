@@ -107,18 +107,24 @@ class TableStore(ABC):
         keys: Sequence[str] = (),
         trigger: dict[str, Any] | None = None,
         query_name: str | None = None,
+        options: dict[str, str] | None = None,
     ) -> StreamingQuery:
-        """Start a streaming query writing ``df`` to table ``name``, exactly once."""
+        """Start a streaming query writing ``df`` to table ``name``, exactly once.
+
+        ``options`` go to the sink (e.g. ``partitionBy`` for a table the stream creates)."""
         if output_mode not in OUTPUT_MODES:
             raise ValueError(f"output mode must be one of {', '.join(OUTPUT_MODES)}")
         split_table_name(name)
         writer = (
             df.writeStream.outputMode(output_mode)
             .option("checkpointLocation", str(checkpoint))
-            .queryName(query_name or name)
+            # one query per checkpoint (flow); several flows may feed one table
+            .queryName(query_name or ".".join(Path(checkpoint).parts[-2:]))
         )
         if trigger:
             writer = writer.trigger(**trigger)
+        for key, value in (options or {}).items():
+            writer = writer.option(key, value)
         if output_mode == "update":
             if not keys:
                 raise ValueError(
@@ -128,11 +134,13 @@ class TableStore(ABC):
             missing = [k for k in keys if k not in df.columns]
             if missing:
                 raise ValueError(f"key column(s) {', '.join(missing)} of {name} not in the stream")
-            app_id = dfiles.app_id_for_checkpoint(checkpoint)
             keys = list(keys)
+            app_ids: list[str] = []  # read once the query has written its id
 
             def upsert(batch: DataFrame, batch_id: int) -> None:
-                self.upsert(batch, name, keys, app_id, batch_id)
+                if not app_ids:
+                    app_ids.append(dfiles.app_id_for_checkpoint(checkpoint))
+                self.upsert(batch, name, keys, app_ids[0], batch_id)
 
             return writer.foreachBatch(upsert).start()
         return self._start_sink(writer, name, Path(checkpoint))
@@ -169,13 +177,14 @@ class EmbeddedStore(TableStore):
         )
 
     def _start_sink(self, writer, name: str, checkpoint: Path) -> StreamingQuery:
-        writer = self._named(writer.format(self.format), name)
-        writer = writer.option("txnAppId", dfiles.app_id_for_checkpoint(checkpoint))
-        return writer.start(str(self.path(name)))
+        # the sink takes its app id from the checkpoint's query id
+        return self._named(writer.format(self.format), name).start(str(self.path(name)))
 
     def upsert(
         self, df: DataFrame, name: str, keys: Sequence[str], app_id: str, batch_id: int
     ) -> None:
+        import pyarrow as pa
+        import pyarrow.compute  # noqa: F401  (pa.compute)
         from deltalake import CommitProperties, Transaction
         from deltalake.exceptions import CommitFailedError
 
@@ -187,6 +196,14 @@ class EmbeddedStore(TableStore):
         table_schema = dfiles.utc_schema(dfiles.table_arrow_schema(table))
         dfiles.check_schema(name, table_schema, dfiles.utc_schema(data.schema))
         data = dfiles.conform(data, table_schema)
+        dupes = data.group_by(list(keys)).aggregate([([], "count_all")])
+        dupes = dupes.filter(pa.compute.greater(dupes.column("count_all"), 1))
+        if dupes.num_rows:
+            raise ValueError(
+                f"cannot upsert into {name}: {dupes.num_rows} key(s) of ({', '.join(keys)}) occur "
+                f"more than once in batch {batch_id}, e.g. {dupes.slice(0, 1).to_pylist()[0]}; "
+                "update mode needs one row per key"
+            )
         predicate = " AND ".join(f"t.`{k}` IS NOT DISTINCT FROM s.`{k}`" for k in keys)
         for attempt in range(dfiles.MAX_COMMIT_ATTEMPTS):
             table = dfiles.open_table(root)

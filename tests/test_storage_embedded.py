@@ -1,0 +1,439 @@
+"""The embedded Delta backend: round trips, streaming reads, exactly-once streaming writes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import multiprocessing
+import os
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+from deltalake import DeltaTable
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import Row
+from pyspark.testing import assertDataFrameEqual
+
+from lakehouse.storage import TableNotFound
+from lakehouse.storage import deltafiles as dfiles
+
+UTC = dt.UTC
+KV = "k long, v string"
+
+
+def arrow_of(path) -> pa.Table:
+    """Read a table independently of Spark (with pyarrow's file system: see delta-rs#2184)."""
+    table = DeltaTable(str(path))
+    return table.to_pyarrow_table(
+        filesystem=pafs.SubTreeFileSystem(str(path), pafs.LocalFileSystem())
+    )
+
+
+def append_versions(store, name, chunks):
+    """One table version (and one data file) per chunk of (k, v) rows."""
+    for chunk in chunks:
+        store.write(store.spark.createDataFrame(chunk, KV).coalesce(1), name)
+
+
+def rows(n0, n1):
+    return [(n, f"v{n}") for n in range(n0, n1)]
+
+
+def run(store, source, sink, checkpoint, **kwargs):
+    max_files = kwargs.pop("max_files", None)
+    query = store.write_stream(
+        store.read_stream(source, max_files_per_trigger=max_files),
+        sink,
+        checkpoint,
+        trigger={"availableNow": True},
+        **kwargs,
+    )
+    query.awaitTermination()
+    return [p for p in query.recentProgress if p["numInputRows"] > 0]
+
+
+def data_files_on_disk(root: Path) -> set[str]:
+    return {
+        os.path.relpath(os.path.join(d, f), root)
+        for d, _, files in os.walk(root)
+        if "_delta_log" not in d
+        for f in files
+        if f.endswith(".parquet")
+    }
+
+
+# ---- round trip -------------------------------------------------------------------------------
+
+ALL_TYPES = (
+    "event_id string, user_id long, n int, amount double, flag boolean, event_time timestamp, "
+    "day date, price decimal(10,2), pages array<string>, counts map<string,long>, "
+    "window struct<start:timestamp,end:timestamp>"
+)
+
+
+def test_round_trip_of_every_contract_type(spark, store):
+    t0 = dt.datetime(2026, 3, 1, 12, 30, 15, 123456, tzinfo=UTC)
+    data = [
+        (
+            "e1",
+            42,
+            7,
+            19.99,
+            True,
+            t0,
+            dt.date(2026, 3, 1),
+            Decimal("12.34"),
+            ["home", "cart"],
+            {"purchase": 2},
+            (t0, t0 + dt.timedelta(minutes=15)),
+        ),
+        ("e2", None, None, None, None, None, None, None, None, None, None),
+    ]
+    df = spark.createDataFrame(data, ALL_TYPES)
+    store.write(df, "bronze.types")
+
+    assertDataFrameEqual(store.read("bronze.types"), df)
+
+    arrow = arrow_of(store.path("bronze.types")).sort_by("event_id").to_pylist()
+    assert arrow[0] == {
+        "event_id": "e1",
+        "user_id": 42,
+        "n": 7,
+        "amount": 19.99,
+        "flag": True,
+        "event_time": t0,
+        "day": dt.date(2026, 3, 1),
+        "price": Decimal("12.34"),
+        "pages": ["home", "cart"],
+        "counts": [("purchase", 2)],
+        "window": {"start": t0, "end": t0 + dt.timedelta(minutes=15)},
+    }
+    assert arrow[1] == {k: (None if k != "event_id" else "e2") for k in arrow[0]}
+
+    # UTC-aware timestamps keep the table at the protocol every delta-spark reads
+    table = DeltaTable(str(store.path("bronze.types")))
+    protocol = table.protocol()
+    assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 2)
+    types = {f["name"]: f["type"] for f in json.loads(table.schema().to_json())["fields"]}
+    assert types["event_time"] == "timestamp"
+    # per-file statistics are recorded so readers can skip data
+    stats = [json.loads(f.stats) for f in dfiles.snapshot_files(table)]
+    e1 = next(x for x in stats if x["minValues"].get("event_id") == "e1")
+    assert e1["numRecords"] == 1
+    # milliseconds, the lower bound rounded down and the upper bound rounded up
+    assert e1["minValues"]["event_time"] == "2026-03-01T12:30:15.123Z"
+    assert e1["maxValues"]["event_time"] == "2026-03-01T12:30:15.124Z"
+    assert e1["minValues"]["window"]["end"] == "2026-03-01T12:45:15.123Z"
+    assert "price" not in e1["maxValues"]  # no decimal bounds: JSON floats could round past them
+
+
+def test_overwrite_replaces_and_schema_mismatch_names_columns(spark, store):
+    store.write(spark.createDataFrame(rows(0, 3), KV), "silver.kv")
+    store.write(spark.createDataFrame(rows(10, 12), KV), "silver.kv", mode="overwrite")
+    assertDataFrameEqual(store.read("silver.kv"), spark.createDataFrame(rows(10, 12), KV))
+
+    bad = spark.createDataFrame([("x", "y", 1)], "k string, w string, z long")
+    with pytest.raises(Exception) as err:
+        store.write(bad, "silver.kv")
+    message = str(err.value)
+    assert "cannot write to table silver.kv" in message
+    assert "missing column(s) v" in message
+    assert "unexpected column(s) w, z" in message
+    assert "column k: table has int64, data has string" in message
+
+
+def test_missing_table_names_table_and_path(spark, store):
+    with pytest.raises(TableNotFound) as err:
+        store.read("gold.nothing")
+    assert "table gold.nothing does not exist at" in str(err.value)
+    assert str(store.path("gold.nothing")) in str(err.value)
+    with pytest.raises(Exception, match=r"Delta table at /nowhere/t does not exist"):
+        spark.read.format("deltalake").load("/nowhere/t").collect()
+
+
+def test_sql_view_and_partition_pruning_and_stats_skipping(spark, store, tmp_path):
+    df = spark.createDataFrame(
+        [(n, "a" if n < 100 else "b") for n in list(range(0, 10)) + list(range(200, 210))],
+        "id long, p string",
+    )
+    store.write(df.repartition(1), "silver.parts", partition_by=["p"])
+    path = store.path("silver.parts")
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW parts USING deltalake OPTIONS (path '{path}')")
+    assert spark.sql("SELECT count(*) AS n FROM parts").collect() == [Row(n=20)]
+
+    # remove partition a's data: a query on p = 'b' must not need it
+    for rel in data_files_on_disk(path):
+        if rel.startswith("p=a/"):
+            os.remove(path / rel)
+    got = spark.sql("SELECT id FROM parts WHERE p = 'b' ORDER BY id").collect()
+    assert [r.id for r in got] == list(range(200, 210))
+    # and id > 150 skips the file of partition a by its statistics even without a partition filter
+    got = spark.sql("SELECT id FROM parts WHERE id > 205 ORDER BY id").collect()
+    assert [r.id for r in got] == [206, 207, 208, 209]
+
+
+def test_column_pruning_through_a_subset_schema(spark, store):
+    store.write(spark.createDataFrame(rows(0, 3), KV), "silver.narrow")
+    path = str(store.path("silver.narrow"))
+    got = spark.read.format("deltalake").schema("v string").load(path).orderBy("v").collect()
+    assert got == [Row(v="v0"), Row(v="v1"), Row(v="v2")]
+    with pytest.raises(Exception, match="columns nope are not in the Delta table"):
+        spark.read.format("deltalake").schema("nope string").load(path).collect()
+
+
+# ---- streaming reads --------------------------------------------------------------------------
+
+
+def test_stream_reads_snapshot_then_each_append_in_order(spark, store, settings):
+    append_versions(store, "bronze.src", [rows(0, 3), rows(3, 6)])
+    seen: list[tuple[int, list[int]]] = []
+
+    def collect(batch, batch_id):
+        seen.append((batch_id, sorted(r.k for r in batch.collect())))
+
+    def run_collect():
+        query = (
+            store.read_stream("bronze.src", max_files_per_trigger=2)
+            .writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(settings.checkpoint_path("silver", "collect")))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+
+    run_collect()
+    assert seen == [(0, [0, 1, 2, 3, 4, 5])]  # the initial snapshot: two files, one batch
+
+    append_versions(store, "bronze.src", [rows(6, 8), rows(8, 9), rows(9, 12)])
+    run_collect()
+    # admission control: two files, then the last one; each later append exactly once, in order
+    assert seen[1:] == [(1, [6, 7, 8]), (2, [9, 10, 11])]
+
+    run_collect()  # nothing new: no batch at all
+    assert len(seen) == 3
+
+
+def test_stream_refuses_a_version_that_deleted_data_unless_skipped(spark, store, settings):
+    append_versions(store, "bronze.del", [rows(0, 3)])
+    first = run(store, "bronze.del", "silver.del", settings.checkpoint_path("silver", "del"))
+    assert sum(p["numInputRows"] for p in first) == 3
+    DeltaTable(str(store.path("bronze.del"))).delete("k = 1")
+    append_versions(store, "bronze.del", [rows(3, 4)])
+    with pytest.raises(StreamingQueryException) as err:
+        run(store, "bronze.del", "silver.del", settings.checkpoint_path("silver", "del"))
+    assert "deleted or rewrote data" in str(err.value) and "skipChangeCommits" in str(err.value)
+
+    query = (
+        spark.readStream.format("deltalake")
+        .option("skipChangeCommits", "true")
+        .load(str(store.path("bronze.del")))
+        .writeStream.format("deltalake")
+        .option("checkpointLocation", str(settings.checkpoint_path("silver", "del")))
+        .trigger(availableNow=True)
+        .start(str(store.path("silver.del")))
+    )
+    query.awaitTermination()
+    assert sorted(r.k for r in store.read("silver.del").collect()) == [0, 1, 2, 3]
+
+
+# ---- exactly-once streaming writes ------------------------------------------------------------
+
+
+def test_crash_after_files_before_delta_commit(spark, store, settings):
+    append_versions(store, "bronze.a", [rows(0, 5), rows(5, 10)])
+    checkpoint = settings.checkpoint_path("silver", "a")
+    with pytest.raises(StreamingQueryException, match="failpoint before-commit"):
+        run(store, "bronze.a", "silver.a", checkpoint, options={"failpoint": "before-commit"})
+    sink = store.path("silver.a")
+    orphans = data_files_on_disk(sink)
+    assert orphans and not store.exists("silver.a")  # files written, nothing committed
+
+    run(store, "bronze.a", "silver.a", checkpoint)  # restart on the same checkpoint
+    assertDataFrameEqual(store.read("silver.a"), spark.createDataFrame(rows(0, 10), KV))
+    committed = {f.path for f in dfiles.snapshot_files(dfiles.open_table(sink))}
+    assert committed.isdisjoint(orphans)  # the crashed attempt's files are garbage for vacuum
+
+
+def test_crash_after_delta_commit_before_spark_commit_log(spark, store, settings):
+    append_versions(store, "bronze.b", [rows(0, 3), rows(3, 6), rows(6, 9)])
+    checkpoint = settings.checkpoint_path("silver", "b")
+    assert len(run(store, "bronze.b", "silver.b", checkpoint, max_files=1)) == 3
+    sink = store.path("silver.b")
+    version = dfiles.latest_version(sink)
+    app_id = dfiles.app_id_for_checkpoint(checkpoint)
+    assert DeltaTable(str(sink)).transaction_version(app_id) == 2
+
+    # Spark never recorded batch 2 as done (its commit file and checksum are gone)
+    (Path(checkpoint) / "commits" / "2").unlink()
+    (Path(checkpoint) / "commits" / ".2.crc").unlink(missing_ok=True)
+    replayed = run(store, "bronze.b", "silver.b", checkpoint, max_files=1)
+    assert [p["batchId"] for p in replayed] == [2]  # Spark did replay it ...
+    assert dfiles.latest_version(sink) == version  # ... and the sink skipped it: no new version
+    assertDataFrameEqual(store.read("silver.b"), spark.createDataFrame(rows(0, 9), KV))
+    committed = {f.path for f in dfiles.snapshot_files(dfiles.open_table(sink))}
+    assert data_files_on_disk(sink) == committed  # the replay's files were removed
+
+
+def test_new_checkpoint_at_the_same_path_is_a_new_query(spark, store, settings):
+    append_versions(store, "bronze.re", [rows(0, 3), rows(3, 6)])
+    checkpoint = settings.checkpoint_path("silver", "re")
+    run(store, "bronze.re", "silver.re", checkpoint, max_files=1)
+    DeltaTable(str(store.path("silver.re"))).delete()  # reprocess: empty the sink ...
+    import shutil
+
+    shutil.rmtree(checkpoint)  # ... and start over from a new checkpoint at the same path
+    run(store, "bronze.re", "silver.re", checkpoint, max_files=1)
+    assertDataFrameEqual(store.read("silver.re"), spark.createDataFrame(rows(0, 6), KV))
+
+
+def test_timestamp_and_date_partitions(spark, store):
+    t = dt.datetime(2026, 5, 1, 10, 0, tzinfo=UTC)
+    df = spark.createDataFrame(
+        [(1, t, dt.date(2026, 5, 1)), (2, t + dt.timedelta(hours=1), dt.date(2026, 5, 2))],
+        "k long, hour timestamp, day date",
+    )
+    store.write(df, "gold.byhour", partition_by=["hour", "day"])
+    assertDataFrameEqual(store.read("gold.byhour"), df)
+    got = store.read("gold.byhour").filter("day = DATE'2026-05-02'").collect()
+    assert [r.k for r in got] == [2]
+    with pytest.raises(Exception, match="cannot partition by floating-point column x"):
+        store.write(spark.createDataFrame([(1.0,)], "x double"), "gold.byfloat", partition_by=["x"])
+
+
+def test_replayed_batch_id_is_skipped(tmp_path):
+    root = str(tmp_path / "t")
+    schema = pa.schema([("k", pa.int64())])
+
+    def write(ks):
+        w = dfiles.DataFileWriter(root, schema)
+        w.write(pa.record_batch([pa.array(ks, pa.int64())], schema=schema))
+        return w.close()
+
+    assert dfiles.commit_files(root, write([1, 2]), schema, app_id="app", batch_id=0)
+    assert dfiles.commit_files(root, write([3]), schema, app_id="app", batch_id=1)
+    assert not dfiles.commit_files(root, write([3]), schema, app_id="app", batch_id=1)
+    assert not dfiles.commit_files(root, write([1, 2]), schema, app_id="app", batch_id=0)
+    assert sorted(arrow_of(root).column("k").to_pylist()) == [1, 2, 3]
+    assert dfiles.latest_version(root) == 1
+
+
+def _append_many(root: str, writer: int, count: int) -> None:
+    schema = pa.schema([("w", pa.int64()), ("i", pa.int64())])
+    for i in range(count):
+        w = dfiles.DataFileWriter(root, schema)
+        w.write(pa.record_batch([pa.array([writer] * 3), pa.array([i] * 3)], schema=schema))
+        dfiles.commit_files(root, w.close(), schema, app_id=f"writer-{writer}", batch_id=i)
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    root = str(tmp_path / "t")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_append_many, args=(root, w, 15)) for w in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    got = arrow_of(root).group_by(["w"]).aggregate([("i", "count"), ("i", "count_distinct")])
+    assert sorted(got.to_pylist(), key=lambda r: r["w"]) == [
+        {"w": w, "i_count": 45, "i_count_distinct": 15} for w in range(3)
+    ]
+    assert dfiles.latest_version(root) == 44  # 45 commits, none lost
+    log = "".join(p.read_text() for p in sorted((Path(root) / "_delta_log").glob("*.json")))
+    assert log.count('"metaData"') == 1  # one table: no second CREATE TABLE by a racing writer
+
+
+def test_two_streaming_queries_append_to_one_table(spark, store, settings):
+    append_versions(store, "bronze.left", [rows(0, 50), rows(50, 100)])
+    append_versions(store, "bronze.right", [rows(100, 150), rows(150, 200)])
+    queries = [
+        store.write_stream(
+            store.read_stream(src, max_files_per_trigger=1),
+            "silver.both",
+            settings.checkpoint_path("silver", f"both_{src.split('.')[1]}"),
+            trigger={"availableNow": True},
+        )
+        for src in ("bronze.left", "bronze.right")
+    ]
+    for q in queries:
+        q.awaitTermination()
+    assertDataFrameEqual(store.read("silver.both"), spark.createDataFrame(rows(0, 200), KV))
+
+
+def test_update_mode_upserts_latest_value_per_key(spark, store, settings):
+    append_versions(
+        store, "bronze.kv", [[(1, "a"), (2, "b")], [(1, "c")], [(3, "d"), (2, "e"), (2, "f")]]
+    )
+    from pyspark.sql import functions as F
+
+    def start():
+        agg = (
+            store.read_stream("bronze.kv", max_files_per_trigger=1)
+            .groupBy("k")
+            .agg(F.count("*").alias("n"), F.max("v").alias("latest"))
+        )
+        query = store.write_stream(
+            agg,
+            "gold.kv",
+            settings.checkpoint_path("gold", "kv"),
+            output_mode="update",
+            keys=["k"],
+            trigger={"availableNow": True},
+        )
+        query.awaitTermination()
+        return query
+
+    start()
+    expected = spark.createDataFrame(
+        [(1, 2, "c"), (2, 3, "f"), (3, 1, "d")], "k long, n long, latest string"
+    )
+    assertDataFrameEqual(store.read("gold.kv"), expected)
+    append_versions(store, "bronze.kv", [[(3, "z")]])
+    start()  # restart on the same checkpoint: state carried over, row updated in place
+    expected = spark.createDataFrame(
+        [(1, 2, "c"), (2, 3, "f"), (3, 2, "z")], "k long, n long, latest string"
+    )
+    assertDataFrameEqual(store.read("gold.kv"), expected)
+
+
+def test_update_mode_replayed_batch_is_skipped(spark, store, settings):
+    df = spark.createDataFrame([(1, 1, "a")], "k long, n long, latest string")
+    store.upsert(df, "gold.once", ["k"], "app", 0)
+    df2 = spark.createDataFrame([(1, 5, "b")], "k long, n long, latest string")
+    store.upsert(df2, "gold.once", ["k"], "app", 0)  # replay of batch 0 with other content
+    assertDataFrameEqual(store.read("gold.once"), df)
+    store.upsert(df2, "gold.once", ["k"], "app", 1)
+    assertDataFrameEqual(store.read("gold.once"), df2)
+
+
+def test_update_mode_refuses_duplicate_keys_in_a_batch(spark, store):
+    df = spark.createDataFrame([(1, 1), (1, 2)], "k long, n long")
+    with pytest.raises(ValueError, match=r"1 key\(s\) of \(k\) occur more than once in batch 0"):
+        store.upsert(df, "gold.dupes", ["k"], "app", 0)
+
+
+def test_update_mode_needs_keys(spark, store, settings):
+    append_versions(store, "bronze.nokeys", [rows(0, 1)])
+    with pytest.raises(ValueError, match="update mode on gold.nokeys needs key columns"):
+        store.write_stream(
+            store.read_stream("bronze.nokeys").groupBy("k").count(),
+            "gold.nokeys",
+            settings.checkpoint_path("gold", "nokeys"),
+            output_mode="update",
+        )
+
+
+def test_complete_mode_overwrites_each_batch(spark, store, settings):
+    append_versions(store, "bronze.c", [rows(0, 3), rows(3, 4)])
+    query = store.write_stream(
+        store.read_stream("bronze.c", max_files_per_trigger=1).groupBy().count(),
+        "gold.c",
+        settings.checkpoint_path("gold", "c"),
+        output_mode="complete",
+        trigger={"availableNow": True},
+    )
+    query.awaitTermination()
+    assert store.read("gold.c").collect() == [Row(count=4)]
