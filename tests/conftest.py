@@ -28,3 +28,22 @@ def store(spark, settings):
     from lakehouse.storage import table_store
 
     return table_store(spark, settings)
+
+
+@pytest.fixture
+def run_stream(store):
+    """Stream table ``source`` into ``sink`` with availableNow until done; return the progress
+    of the micro-batches that read rows."""
+
+    def run(source, sink, checkpoint, max_files=None, **kwargs):
+        query = store.write_stream(
+            store.read_stream(source, max_files_per_trigger=max_files),
+            sink,
+            checkpoint,
+            trigger={"availableNow": True},
+            **kwargs,
+        )
+        query.awaitTermination()
+        return [p for p in query.recentProgress if p["numInputRows"] > 0]
+
+    return run

@@ -9,19 +9,13 @@ from lakehouse.storage import deltafiles as dfiles
 KV = "k long, v string"
 
 
-def test_maintain_compacts_without_disturbing_a_stream(spark, store, settings, capsys):
+def test_maintain_compacts_without_disturbing_a_stream(spark, store, settings, run_stream, capsys):
     rows = [[(n, f"v{n}")] for n in range(6)]
     for chunk in rows[:4]:
         store.write(spark.createDataFrame(chunk, KV).coalesce(1), "bronze.small")
 
     def follow():
-        query = store.write_stream(
-            store.read_stream("bronze.small"),
-            "silver.small",
-            settings.checkpoint_path("silver", "small"),
-            trigger={"availableNow": True},
-        )
-        query.awaitTermination()
+        run_stream("bronze.small", "silver.small", settings.checkpoint_path("silver", "small"))
 
     follow()
     reports = maintain(settings.with_overrides({"maintenance.vacuum_retention_hours": 0}))

@@ -42,19 +42,6 @@ def rows(n0, n1):
     return [(n, f"v{n}") for n in range(n0, n1)]
 
 
-def run(store, source, sink, checkpoint, **kwargs):
-    max_files = kwargs.pop("max_files", None)
-    query = store.write_stream(
-        store.read_stream(source, max_files_per_trigger=max_files),
-        sink,
-        checkpoint,
-        trigger={"availableNow": True},
-        **kwargs,
-    )
-    query.awaitTermination()
-    return [p for p in query.recentProgress if p["numInputRows"] > 0]
-
-
 def data_files_on_disk(root: Path) -> set[str]:
     return {
         os.path.relpath(os.path.join(d, f), root)
@@ -216,14 +203,16 @@ def test_stream_reads_snapshot_then_each_append_in_order(spark, store, settings)
     assert len(seen) == 3
 
 
-def test_stream_refuses_a_version_that_deleted_data_unless_skipped(spark, store, settings):
+def test_stream_refuses_a_version_that_deleted_data_unless_skipped(
+    spark, store, settings, run_stream
+):
     append_versions(store, "bronze.del", [rows(0, 3)])
-    first = run(store, "bronze.del", "silver.del", settings.checkpoint_path("silver", "del"))
+    first = run_stream("bronze.del", "silver.del", settings.checkpoint_path("silver", "del"))
     assert sum(p["numInputRows"] for p in first) == 3
     DeltaTable(str(store.path("bronze.del"))).delete("k = 1")
     append_versions(store, "bronze.del", [rows(3, 4)])
     with pytest.raises(StreamingQueryException) as err:
-        run(store, "bronze.del", "silver.del", settings.checkpoint_path("silver", "del"))
+        run_stream("bronze.del", "silver.del", settings.checkpoint_path("silver", "del"))
     assert "deleted or rewrote data" in str(err.value) and "skipChangeCommits" in str(err.value)
 
     query = (
@@ -242,25 +231,25 @@ def test_stream_refuses_a_version_that_deleted_data_unless_skipped(spark, store,
 # ---- exactly-once streaming writes ------------------------------------------------------------
 
 
-def test_crash_after_files_before_delta_commit(spark, store, settings):
+def test_crash_after_files_before_delta_commit(spark, store, settings, run_stream):
     append_versions(store, "bronze.a", [rows(0, 5), rows(5, 10)])
     checkpoint = settings.checkpoint_path("silver", "a")
     with pytest.raises(StreamingQueryException, match="failpoint before-commit"):
-        run(store, "bronze.a", "silver.a", checkpoint, options={"failpoint": "before-commit"})
+        run_stream("bronze.a", "silver.a", checkpoint, options={"failpoint": "before-commit"})
     sink = store.path("silver.a")
     orphans = data_files_on_disk(sink)
     assert orphans and not store.exists("silver.a")  # files written, nothing committed
 
-    run(store, "bronze.a", "silver.a", checkpoint)  # restart on the same checkpoint
+    run_stream("bronze.a", "silver.a", checkpoint)  # restart on the same checkpoint
     assertDataFrameEqual(store.read("silver.a"), spark.createDataFrame(rows(0, 10), KV))
     committed = {f.path for f in dfiles.snapshot_files(dfiles.open_table(sink))}
     assert committed.isdisjoint(orphans)  # the crashed attempt's files are garbage for vacuum
 
 
-def test_crash_after_delta_commit_before_spark_commit_log(spark, store, settings):
+def test_crash_after_delta_commit_before_spark_commit_log(spark, store, settings, run_stream):
     append_versions(store, "bronze.b", [rows(0, 3), rows(3, 6), rows(6, 9)])
     checkpoint = settings.checkpoint_path("silver", "b")
-    assert len(run(store, "bronze.b", "silver.b", checkpoint, max_files=1)) == 3
+    assert len(run_stream("bronze.b", "silver.b", checkpoint, max_files=1)) == 3
     sink = store.path("silver.b")
     version = dfiles.latest_version(sink)
     app_id = dfiles.app_id_for_checkpoint(checkpoint)
@@ -269,7 +258,7 @@ def test_crash_after_delta_commit_before_spark_commit_log(spark, store, settings
     # Spark never recorded batch 2 as done (its commit file and checksum are gone)
     (Path(checkpoint) / "commits" / "2").unlink()
     (Path(checkpoint) / "commits" / ".2.crc").unlink(missing_ok=True)
-    replayed = run(store, "bronze.b", "silver.b", checkpoint, max_files=1)
+    replayed = run_stream("bronze.b", "silver.b", checkpoint, max_files=1)
     assert [p["batchId"] for p in replayed] == [2]  # Spark did replay it ...
     assert dfiles.latest_version(sink) == version  # ... and the sink skipped it: no new version
     assertDataFrameEqual(store.read("silver.b"), spark.createDataFrame(rows(0, 9), KV))
@@ -277,15 +266,15 @@ def test_crash_after_delta_commit_before_spark_commit_log(spark, store, settings
     assert data_files_on_disk(sink) == committed  # the replay's files were removed
 
 
-def test_new_checkpoint_at_the_same_path_is_a_new_query(spark, store, settings):
+def test_new_checkpoint_at_the_same_path_is_a_new_query(spark, store, settings, run_stream):
     append_versions(store, "bronze.re", [rows(0, 3), rows(3, 6)])
     checkpoint = settings.checkpoint_path("silver", "re")
-    run(store, "bronze.re", "silver.re", checkpoint, max_files=1)
+    run_stream("bronze.re", "silver.re", checkpoint, max_files=1)
     DeltaTable(str(store.path("silver.re"))).delete()  # reprocess: empty the sink ...
     import shutil
 
     shutil.rmtree(checkpoint)  # ... and start over from a new checkpoint at the same path
-    run(store, "bronze.re", "silver.re", checkpoint, max_files=1)
+    run_stream("bronze.re", "silver.re", checkpoint, max_files=1)
     assertDataFrameEqual(store.read("silver.re"), spark.createDataFrame(rows(0, 6), KV))
 
 
@@ -437,3 +426,23 @@ def test_complete_mode_overwrites_each_batch(spark, store, settings):
     )
     query.awaitTermination()
     assert store.read("gold.c").collect() == [Row(count=4)]
+
+
+def test_stats_give_no_bounds_that_could_skip_matching_rows():
+    table = pa.table(
+        {
+            "x": pa.array([1.0, float("nan")]),
+            "y": pa.array([1.0, 2.0]),
+            "s": pa.array(["a" * 40, "b"]),
+            "d": pa.array([Decimal("1.10"), Decimal("2.25")], pa.decimal128(10, 2)),
+        }
+    )
+    stats = json.loads(dfiles.file_stats(table))
+    assert stats == {
+        "numRecords": 2,
+        # x holds NaN (Spark orders it above every number): no bounds; s's max is too long to
+        # bound by a prefix; decimals get no bounds at all
+        "minValues": {"y": 1.0, "s": "a" * 32},
+        "maxValues": {"y": 2.0, "s": "b"},
+        "nullCount": {"x": 0, "y": 0, "s": 0, "d": 0},
+    }

@@ -400,11 +400,12 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return pos
 
     def initialOffset(self) -> dict:
+        end_version = self._end_version()
         if self.starting_version is not None:
             start = _Position(self.starting_version, False, 0)
         else:
-            start = _Position(self._end_version(), True, 0)
-        return self._normalize(start, self._end_version()).offset()
+            start = _Position(end_version, True, 0)
+        return self._normalize(start, end_version).offset()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxFiles(self.max_files) if self.max_files else ReadAllAvailable()

@@ -322,6 +322,7 @@ def _stats_for(column: pa.ChunkedArray | pa.Array, name: str, mins: dict, maxs: 
         nulls[name] = sub_null
         return
     nulls[name] = column.null_count
+    # no bounds for decimals: as JSON floats they could round past the true value
     if not (
         pa.types.is_integer(t)
         or pa.types.is_floating(t)
@@ -329,11 +330,10 @@ def _stats_for(column: pa.ChunkedArray | pa.Array, name: str, mins: dict, maxs: 
         or pa.types.is_large_string(t)
         or pa.types.is_timestamp(t)
         or pa.types.is_date(t)
-        or pa.types.is_decimal(t)
     ):
         return
-    if column.null_count == len(column) or pa.types.is_decimal(t):
-        return  # (decimal bounds as JSON floats could round past the true value)
+    if column.null_count == len(column):
+        return
     if pa.types.is_floating(t) and pc.any(pc.is_nan(column)).as_py():
         return  # min_max ignores NaN, which Spark orders above every number
     mm = pc.min_max(column)

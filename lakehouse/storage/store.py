@@ -143,10 +143,11 @@ class TableStore(ABC):
                 self.upsert(batch, name, keys, app_ids[0], batch_id)
 
             return writer.foreachBatch(upsert).start()
-        return self._start_sink(writer, name, Path(checkpoint))
+        return self._start_sink(writer, name)
 
     @abstractmethod
-    def _start_sink(self, writer, name: str, checkpoint: Path) -> StreamingQuery: ...
+    def _start_sink(self, writer, name: str) -> StreamingQuery:
+        """Start the backend's exactly-once sink (it finds the query id in the checkpoint)."""
 
     @abstractmethod
     def upsert(
@@ -176,15 +177,13 @@ class EmbeddedStore(TableStore):
             str(self.path(name)), to_arrow_schema(schema, timezone="UTC"), partition_by
         )
 
-    def _start_sink(self, writer, name: str, checkpoint: Path) -> StreamingQuery:
-        # the sink takes its app id from the checkpoint's query id
+    def _start_sink(self, writer, name: str) -> StreamingQuery:
         return self._named(writer.format(self.format), name).start(str(self.path(name)))
 
     def upsert(
         self, df: DataFrame, name: str, keys: Sequence[str], app_id: str, batch_id: int
     ) -> None:
-        import pyarrow as pa
-        import pyarrow.compute  # noqa: F401  (pa.compute)
+        import pyarrow.compute as pc
         from deltalake import CommitProperties, Transaction
         from deltalake.exceptions import CommitFailedError
 
@@ -197,7 +196,7 @@ class EmbeddedStore(TableStore):
         dfiles.check_schema(name, table_schema, dfiles.utc_schema(data.schema))
         data = dfiles.conform(data, table_schema)
         dupes = data.group_by(list(keys)).aggregate([([], "count_all")])
-        dupes = dupes.filter(pa.compute.greater(dupes.column("count_all"), 1))
+        dupes = dupes.filter(pc.greater(dupes.column("count_all"), 1))
         if dupes.num_rows:
             raise ValueError(
                 f"cannot upsert into {name}: {dupes.num_rows} key(s) of ({', '.join(keys)}) occur "
@@ -259,7 +258,7 @@ class NativeStore(TableStore):
         builder.execute()
         return True
 
-    def _start_sink(self, writer, name: str, checkpoint: Path) -> StreamingQuery:
+    def _start_sink(self, writer, name: str) -> StreamingQuery:
         # delta-spark's sink is exactly-once on its own (it records the query id and batch id)
         return writer.format(self.format).start(str(self.path(name)))
 
