@@ -34,6 +34,13 @@ def session_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         # Lets the embedded Delta reader prune files on partition columns.
         "spark.sql.python.filterPushdown.enabled": "true",
+        # A JSON line with a repeated key keeps the last value (as the typed parse does) instead
+        # of failing the whole micro-batch with a duplicate map key error.
+        "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+        # the runner's per-flow report reads the progress of every micro-batch of a run
+        "spark.sql.streaming.numRecentProgressUpdates": "10000",
+        # Delta wants INT64 microsecond timestamps in Parquet, not Spark's default INT96
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.ui.enabled": str(settings.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",

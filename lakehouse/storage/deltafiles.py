@@ -407,6 +407,17 @@ class AddedFile:
         )
 
 
+def check_partition_columns(schema: pa.Schema, partition_by: Sequence[str]) -> None:
+    for name in partition_by:
+        if schema.get_field_index(name) < 0:
+            raise SchemaMismatch(f"partition column {name} is not a column of the data")
+        if pa.types.is_floating(schema.field(name).type):
+            raise ValueError(
+                f"cannot partition by floating-point column {name}: NaN and -0.0 make "
+                "partition values ambiguous; partition by a string, integer or date"
+            )
+
+
 class DataFileWriter:
     """Writes record batches to Parquet files under a table root, one open file per
     partition value combination, rolling to a new file past ``target_rows``."""
@@ -422,12 +433,7 @@ class DataFileWriter:
         self.root = root
         self.schema = schema
         self.partition_by = list(partition_by)
-        for name in self.partition_by:
-            if pa.types.is_floating(schema.field(name).type):
-                raise ValueError(
-                    f"cannot partition by floating-point column {name}: NaN and -0.0 make "
-                    "partition values ambiguous; partition by a string, integer or date"
-                )
+        check_partition_columns(schema, self.partition_by)
         self.data_schema = pa.schema([f for f in schema if f.name not in self.partition_by])
         self.task = task
         self.target_rows = target_rows

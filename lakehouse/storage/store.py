@@ -9,9 +9,10 @@ with an app transaction so a replayed micro-batch is skipped.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,13 +85,22 @@ class TableStore(ABC):
 
     # -- writing --
     def write(
-        self, df: DataFrame, name: str, mode: str = "append", partition_by: Sequence[str] = ()
+        self,
+        df: DataFrame,
+        name: str,
+        mode: str = "append",
+        partition_by: Sequence[str] = (),
+        txn: tuple[str, int] | None = None,
     ) -> None:
+        """Batch write. ``txn`` = (app id, version) makes the write idempotent: it is skipped
+        when the table already records that version for that app (a replayed micro-batch)."""
         if mode not in ("append", "overwrite"):
             raise ValueError(f"write mode must be append or overwrite; got {mode!r}")
         writer = self._named(df.write.format(self.format), name).mode(mode)
         if partition_by:
             writer = self._partitioned(writer, partition_by)
+        if txn:
+            writer = writer.option("txnAppId", txn[0]).option("txnVersion", str(txn[1]))
         writer.save(str(self.path(name)))
 
     @abstractmethod
@@ -115,14 +125,7 @@ class TableStore(ABC):
         if output_mode not in OUTPUT_MODES:
             raise ValueError(f"output mode must be one of {', '.join(OUTPUT_MODES)}")
         split_table_name(name)
-        writer = (
-            df.writeStream.outputMode(output_mode)
-            .option("checkpointLocation", str(checkpoint))
-            # one query per checkpoint (flow); several flows may feed one table
-            .queryName(query_name or ".".join(Path(checkpoint).parts[-2:]))
-        )
-        if trigger:
-            writer = writer.trigger(**trigger)
+        writer = _stream_writer(df, output_mode, checkpoint, trigger, query_name)
         for key, value in (options or {}).items():
             writer = writer.option(key, value)
         if output_mode == "update":
@@ -144,6 +147,36 @@ class TableStore(ABC):
 
             return writer.foreachBatch(upsert).start()
         return self._start_sink(writer, name)
+
+    def write_stream_routed(
+        self,
+        df: DataFrame,
+        routes: Sequence[tuple[str, Callable[[DataFrame], DataFrame]]],
+        checkpoint: str | Path,
+        *,
+        trigger: dict[str, Any] | None = None,
+        query_name: str | None = None,
+    ) -> StreamingQuery:
+        """Start a streaming query appending each micro-batch to several tables: table ``name``
+        gets ``rows(batch)``. Each table records the batch in its own app transaction, so after
+        a crash between two tables the replayed batch only writes the tables that missed it."""
+        for name, _ in routes:
+            split_table_name(name)
+        app_ids: list[str] = []
+
+        def write_batch(batch: DataFrame, batch_id: int) -> None:
+            if not app_ids:
+                app_ids.append(dfiles.app_id_for_checkpoint(checkpoint))
+            batch = batch.persist()  # each table's rows come from one evaluation of the batch
+            try:
+                for name, rows in routes:
+                    self.write(rows(batch), name, txn=(app_ids[0], batch_id))
+                    failpoint(f"after-write:{name}")
+            finally:
+                batch.unpersist()
+
+        writer = _stream_writer(df, "append", checkpoint, trigger, query_name)
+        return writer.foreachBatch(write_batch).start()
 
     @abstractmethod
     def _start_sink(self, writer, name: str) -> StreamingQuery:
@@ -169,6 +202,57 @@ class EmbeddedStore(TableStore):
 
     def _partitioned(self, writer, partition_by: Sequence[str]):
         return writer.option("partitionBy", ",".join(partition_by))
+
+    def write(
+        self,
+        df: DataFrame,
+        name: str,
+        mode: str = "append",
+        partition_by: Sequence[str] = (),
+        txn: tuple[str, int] | None = None,
+    ) -> None:
+        """Spark's Parquet writer writes the files, delta-rs commits them (see sparkfiles)."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from lakehouse.storage.sparkfiles import write_parquet
+
+        if mode not in ("append", "overwrite"):
+            raise ValueError(f"write mode must be append or overwrite; got {mode!r}")
+        root = str(self.path(name))
+        app_id, version = txn if txn else (None, None)
+        if (
+            txn
+            and dfiles.is_delta_table(root)
+            and dfiles.already_committed(dfiles.open_table(root), app_id, version)
+        ):
+            log.info("batch %s of %s already in %s: skipped", version, app_id, name)
+            return
+        schema = to_arrow_schema(df.schema, timezone="UTC", prefers_large_types=False)
+        dfiles.check_partition_columns(schema, partition_by)
+        if mode == "append" and dfiles.is_delta_table(root):
+            table = dfiles.open_table(root)
+            dfiles.check_schema(
+                f"table {name}",
+                dfiles.utc_schema(dfiles.table_arrow_schema(table)),
+                dfiles.utc_schema(schema),
+            )
+        files = write_parquet(df, root, partition_by)
+        if not files and mode == "append" and dfiles.is_delta_table(root):
+            return  # nothing to add; an empty commit would only lengthen the log
+        try:
+            dfiles.commit_files(
+                root,
+                files,
+                schema,
+                partition_by=partition_by,
+                mode=mode,
+                app_id=app_id,
+                batch_id=version,
+                operation="STREAMING UPDATE" if txn else "WRITE",
+            )
+        except BaseException:
+            dfiles.delete_files(root, [f.path for f in files])
+            raise
 
     def create(self, name: str, schema: StructType, partition_by: Sequence[str] = ()) -> bool:
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -290,6 +374,35 @@ class NativeStore(TableStore):
         finally:
             spark.conf.unset("spark.databricks.delta.write.txnAppId")
             spark.conf.unset("spark.databricks.delta.write.txnVersion")
+
+
+def _stream_writer(
+    df: DataFrame,
+    output_mode: str,
+    checkpoint: str | Path,
+    trigger: dict[str, Any] | None,
+    query_name: str | None,
+):
+    writer = (
+        df.writeStream.outputMode(output_mode)
+        .option("checkpointLocation", str(checkpoint))
+        # one query per checkpoint (flow); several flows may feed one table
+        .queryName(query_name or ".".join(Path(checkpoint).parts[-2:]))
+    )
+    return writer.trigger(**trigger) if trigger else writer
+
+
+FAILPOINT_ENV = "LAKEHOUSE_FAILPOINT"
+
+
+class Failpoint(RuntimeError):
+    """A crash injected on purpose by a test (``LAKEHOUSE_FAILPOINT``)."""
+
+
+def failpoint(name: str) -> None:
+    """Crash here when ``$LAKEHOUSE_FAILPOINT`` names this point (tests of exactly-once)."""
+    if os.environ.get(FAILPOINT_ENV) == name:
+        raise Failpoint(f"failpoint {name} reached")
 
 
 def native_available(spark: SparkSession) -> bool:
