@@ -25,10 +25,18 @@ Options:
                          then fails instead of committing them and leaves them behind, as a
                          crash between the two would
 
+    pruneFiles           batch read: ``true`` lets filters skip files (needs
+                         spark.sql.python.filterPushdown.enabled; see below)
+
 Column pruning: Spark does not push projections into Python data sources, so a reader asked for
 fewer columns (``spark.read.format("deltalake").schema("a long, b string")``) reads only those
-columns from the Parquet files. Filters on partition columns prune files; comparisons on other
-columns skip files through their min/max statistics (Spark still applies them to the rows).
+columns from the Parquet files.
+
+File pruning is opt-in: with ``pruneFiles=true`` and Spark's Python filter pushdown on, filters on
+partition columns prune files and comparisons on other columns skip files through their min/max
+statistics (Spark still applies them to the rows). Spark 4.2.0 keeps the read plan of a pushdown
+on the DataFrame's shared source object, so a later action on the same DataFrame without a filter
+reads only the files the earlier filter kept; use pruning only on DataFrames read for one query.
 """
 
 from __future__ import annotations
@@ -131,6 +139,8 @@ class DeltaLakeDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         table = self._open()
+        if _flag(self.options, "pruneFiles"):
+            return PruningDeltaBatchReader(self.root, table, schema)
         return DeltaBatchReader(self.root, table, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -201,6 +211,17 @@ class DeltaBatchReader(DataSourceReader):
         self.files = dfiles.snapshot_files(table)
         self.pushed: list[Filter] = []
 
+    def partitions(self) -> Sequence[InputPartition]:
+        files = [f for f in self.files if _keep_file(f, self.pushed, self.reading.partition_types)]
+        return group_files(files)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return self.reading.read(partition)
+
+
+class PruningDeltaBatchReader(DeltaBatchReader):
+    """A batch reader that skips files by the query's filters (option ``pruneFiles``)."""
+
     def pushFilters(self, filters: list[Filter]):
         """Filters prune files (by partition values, else by statistics); all of them go back
         to Spark, which still filters the rows, so a doubtful prune can only keep a file."""
@@ -208,13 +229,6 @@ class DeltaBatchReader(DataSourceReader):
             if _filter_column(f) is not None and _prunable(f):
                 self.pushed.append(f)
             yield f
-
-    def partitions(self) -> Sequence[InputPartition]:
-        files = [f for f in self.files if _keep_file(f, self.pushed, self.reading.partition_types)]
-        return group_files(files)
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return self.reading.read(partition)
 
 
 def _filter_column(f: Filter) -> str | None:
