@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -56,15 +57,131 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def spark_session(settings: Settings, app_name: str):
+    """The session for one command; stopped at the end when the command started it (so the
+    last progress events reach their listeners before the process exits)."""
+    from pyspark.sql import SparkSession
+
+    from lakehouse.session import build_session
+
+    owned = SparkSession.getActiveSession() is None
+    spark = build_session(settings, app_name=app_name)
+    try:
+        yield spark
+    finally:
+        if owned:
+            spark.stop()
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number; got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more; got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1); got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1); got {value:g}")
+    return value
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number; got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0; got {value:g}")
+    return value
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from lakehouse import generate as gen
+
+    settings = settings_from_args(args)
+    params = gen.params_from_settings(
+        settings,
+        events=args.events,
+        seed=args.seed,
+        start=args.start,
+        hours=args.hours,
+        file_minutes=args.file_minutes,
+        users=args.users,
+        duplicate_fraction=args.duplicate_fraction,
+        disorder_fraction=args.disorder_fraction,
+        late_fraction=args.late_fraction,
+        malformed_fraction=args.malformed_fraction,
+    )
+    gen.Landing(settings.root)  # an unwritable root fails here, before Spark starts
+    with spark_session(settings, "lakehouse-generate") as spark:
+        if args.follow:
+            gen.follow(
+                spark,
+                settings.root,
+                params,
+                rate=args.rate,
+                interval_s=args.interval,
+                ticks=args.ticks,
+            )
+            entry = None
+        else:
+            entry = gen.generate(spark, settings.root, params)
+    if entry is not None:
+        for source, tally in entry["sources"].items():
+            faults = ", ".join(f"{k} {v:,}" for k, v in tally["faults"].items() if v)
+            print(
+                f"{source:12} {tally['lines']:>10,} lines in {tally['files']:>4} files  ({faults})"
+            )
+    print(f"manifest: {settings.landing_path() / gen.MANIFEST}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from lakehouse.runner import declared_layers, layer_flows, run_layers
+
+    extra: dict[str, Any] = {}
+    if args.trigger:
+        extra["trigger.mode"] = args.trigger
+    if args.max_files_per_trigger is not None:
+        extra["trigger.max_files_per_trigger"] = args.max_files_per_trigger
+    settings = settings_from_args(args, extra)
+    layers = declared_layers() if args.layer == "all" else [args.layer]
+    for layer in layers:
+        layer_flows(layer)  # an unknown layer fails before Spark starts
+    with spark_session(settings, f"lakehouse-{args.layer}") as spark:
+        reports = run_layers(spark, settings, layers)
+    for r in reports:
+        print(f"{r.flow:28} {r.batches:>5} micro-batches {r.input_rows:>12,} input rows")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from lakehouse.demo import run_demo
 
     return run_demo(settings_from_args(args))
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments get one line (and the exit code 2), not the whole usage text."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from lakehouse.generate import GenerateParams
+
     common = common_parser()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="lakehouse", description="Streaming medallion lakehouse on Spark and Delta"
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -75,19 +192,119 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--table", action="append", help="only this table (layer.table; repeatable)")
     p.set_defaults(func=cmd_maintain)
+    defaults = GenerateParams()
+    p = sub.add_parser(
+        "generate",
+        parents=[common],
+        help="write synthetic events, impressions and clicks to landing/ (dbldatagen)",
+        description="Write JSON-lines landing files for events, impressions and clicks, with "
+        "injected faults counted in landing/_manifest.json. Running it again adds new files.",
+    )
+    p.add_argument(
+        "--events",
+        type=_non_negative_int,
+        default=defaults.events,
+        help="number of events (impressions are 0.4 per event; default %(default)s)",
+    )
+    p.add_argument("--seed", type=int, default=defaults.seed, help="default %(default)s")
+    p.add_argument(
+        "--start", default=defaults.start, help="first event time, ISO-8601 (default %(default)s)"
+    )
+    p.add_argument(
+        "--hours",
+        type=_positive,
+        default=defaults.hours,
+        help="hours over which sessions start (default %(default)s)",
+    )
+    p.add_argument(
+        "--file-minutes",
+        type=_positive,
+        default=defaults.file_minutes,
+        help="minutes of arrival time per landing file (default %(default)s)",
+    )
+    p.add_argument(
+        "--users",
+        type=_non_negative_int,
+        default=0,
+        help="number of users (default: one per 100 events, at least 50)",
+    )
+    for name in ("duplicate", "disorder", "late", "malformed"):
+        key = f"{name}_fraction"
+        p.add_argument(
+            f"--{name}-fraction",
+            type=_fraction,
+            default=getattr(defaults, key),
+            help="share of records (default %(default)s)",
+        )
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep writing a small file per source every --interval seconds",
+    )
+    p.add_argument(
+        "--rate",
+        type=_positive,
+        default=200.0,
+        help="events per second with --follow (default %(default)s)",
+    )
+    p.add_argument(
+        "--interval",
+        type=_positive,
+        default=5.0,
+        help="seconds between files with --follow (default %(default)s)",
+    )
+    p.add_argument(
+        "--ticks",
+        type=_non_negative_int,
+        default=0,
+        help="with --follow, stop after this many files (default 0: until Ctrl-C)",
+    )
+    p.set_defaults(func=cmd_generate)
+    p = sub.add_parser(
+        "run",
+        parents=[common],
+        help="run the streaming flows of a layer (or of all layers, in order)",
+    )
+    p.add_argument("--layer", required=True, choices=["bronze", "silver", "gold", "all"])
+    p.add_argument(
+        "--trigger",
+        choices=["available-now", "continuous"],
+        help="available-now: process what is new, then stop; continuous: every "
+        "trigger.interval until stopped (default: settings trigger.mode)",
+    )
+    p.add_argument(
+        "--max-files-per-trigger",
+        type=_non_negative_int,
+        help="bound each micro-batch to this many files (0: no bound)",
+    )
+    p.set_defaults(func=cmd_run)
     p = sub.add_parser("demo", parents=[common], help="run the end-to-end demo on a small lake")
     p.set_defaults(func=cmd_demo)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from lakehouse.generate import GenerateError
     from lakehouse.javacheck import JavaError
+    from lakehouse.runner import FlowFailed, MissingInput, UnknownLayer
     from lakehouse.storage import SchemaMismatch, TableNotFound, UnsupportedChange
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (SettingsError, JavaError, TableNotFound, SchemaMismatch, UnsupportedChange) as exc:
+    except FlowFailed as exc:  # the run itself failed: exit 1, as a scheduler expects
+        print(f"lakehouse: error: {exc}", file=sys.stderr)
+        return 1
+    except (
+        MissingInput,
+        UnknownLayer,
+        SettingsError,
+        GenerateError,
+        JavaError,
+        TableNotFound,
+        SchemaMismatch,
+        UnsupportedChange,
+    ) as exc:  # bad input or configuration: exit 2
         print(f"lakehouse: error: {exc}", file=sys.stderr)
         return 2
 

@@ -1,77 +1,58 @@
-"""``lakehouse demo``: the end-to-end slice that exists so far.
+"""``lakehouse demo``: generate a small lake and run the layers that exist so far.
 
-Until the generator and the layers land, the demo exercises the platform itself: it appends a
-few batches of events to a table, streams them to a second table one file per micro-batch
-(exactly-once appends), keeps per-user counts up to date in a third (update mode, upserted by key)
-and prints what each table holds.
+It generates synthetic landing data (100,000 events by default; skipped when the lake root
+already has a manifest), runs bronze in available-now mode, and prints what each table holds
+next to what the generator's manifest says should be there.
 """
 
 from __future__ import annotations
 
-import datetime as dt
+import json
 
 from lakehouse.settings import Settings
-from lakehouse.storage import table_store, trigger_kwargs
-
-EVENTS_SCHEMA = (
-    "event_id string, user_id long, event_type string, amount double, event_time timestamp"
-)
-TYPES = ("page_view", "search", "add_to_cart", "purchase")
 
 
-def _batch(spark, start: int, rows: int):
-    base = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-    data = [
-        (
-            f"e{n:06d}",
-            n % 7,
-            TYPES[n % 4],
-            float(n % 50) if n % 4 == 3 else None,
-            base + dt.timedelta(seconds=17 * n),
-        )
-        for n in range(start, start + rows)
-    ]
-    return spark.createDataFrame(data, EVENTS_SCHEMA)
+def run_demo(settings: Settings, events: int = 100_000) -> int:
+    from lakehouse.cli import spark_session
+    from lakehouse.storage import table_store
+
+    with spark_session(settings, "lakehouse-demo") as spark:
+        return _demo(spark, table_store(spark, settings), settings, events)
 
 
-def run_demo(settings: Settings) -> int:
+def _demo(spark, store, settings: Settings, events: int) -> int:
     from pyspark.sql import functions as F
 
-    from lakehouse.session import build_session
+    from bronze.sources import QUARANTINE_TABLE, SOURCES
+    from lakehouse import generate as gen
+    from lakehouse.runner import run_layers
 
-    spark = build_session(settings, app_name="lakehouse-demo")
-    store = table_store(spark, settings)
-    source, copy, counts = "bronze.demo_events", "silver.demo_events", "gold.demo_user_counts"
-    start = store.read(source).count() if store.exists(source) else 0
-    for i in range(3):
-        store.write(_batch(spark, start + i * 100, 100), source)
-    print(f"appended 300 rows to {source} in 3 commits")
-
-    query = store.write_stream(
-        store.read_stream(source, max_files_per_trigger=1),
-        copy,
-        settings.checkpoint_path("silver", "demo_events"),
-        trigger=trigger_kwargs(settings.trigger),
-    )
-    query.awaitTermination()
-    batches = [p for p in query.recentProgress if p["numInputRows"]]
-    print(f"{copy}: {len(batches)} micro-batches, {sum(p['numInputRows'] for p in batches)} rows")
-
-    per_user = (
-        store.read_stream(copy)
-        .groupBy("user_id")
-        .agg(F.count("*").alias("events"), F.sum("amount").alias("revenue"))
-    )
-    query = store.write_stream(
-        per_user,
-        counts,
-        settings.checkpoint_path("gold", "demo_user_counts"),
-        output_mode="update",
-        keys=["user_id"],
-        trigger=trigger_kwargs(settings.trigger),
-    )
-    query.awaitTermination()
-    for name in (source, copy, counts):
-        print(f"{name:28} {store.read(name).count():>8} rows  at {store.path(name)}")
-    store.read(counts).orderBy("user_id").show(truncate=False)
+    manifest_path = settings.landing_path() / gen.MANIFEST
+    if manifest_path.exists():
+        print(f"landing data found ({manifest_path}); not generating more")
+    else:
+        gen.generate(spark, settings.root, gen.params_from_settings(settings, events=events))
+    run_layers(spark, settings, ["bronze"])
+    totals = json.loads(manifest_path.read_text())["totals"]
+    quarantine = store.read(QUARANTINE_TABLE)
+    print()
+    print(f"{'source':12} {'landing lines':>14} {'bronze rows':>12} {'quarantined':>12}")
+    for source in SOURCES:
+        rows = store.read(f"bronze.{source}").count()
+        bad = quarantine.where(F.col("source") == source).count()
+        print(f"{source:12} {totals[source]['lines']:>14,} {rows:>12,} {bad:>12,}")
+    print()
+    print(f"{QUARANTINE_TABLE} by reason (expected from the manifest in brackets):")
+    found = {
+        (r["source"], r["reason"]): r["count"]
+        for r in quarantine.groupBy("source", "reason").count().collect()
+    }
+    for source in SOURCES:
+        for reason, expected in totals[source]["quarantine"].items():
+            print(f"  {source:12} {reason:16} {found.get((source, reason), 0):>7,} [{expected:,}]")
+    print()
+    print("a few quarantined lines:")
+    quarantine.select("source", "reason", "detail", F.substring("raw", 1, 60).alias("raw")).orderBy(
+        "source", "reason"
+    ).dropDuplicates(["source", "reason"]).show(truncate=False)
     return 0

@@ -1,0 +1,187 @@
+"""Bronze: landing JSON lines to typed rows, or to quarantine with a reason.
+
+Every line of a landing file becomes exactly one row: a typed row of ``bronze.<source>`` when it
+is a JSON object with every required field present and well typed, else a row of
+``bronze.quarantine`` with the raw text and the reason. Fields the schema does not know, and known
+fields whose value has the wrong JSON type, are kept as JSON in ``_rescued_data``, so nothing a
+producer sent is lost even when the row itself is kept.
+
+Schemas are explicit (ARCHITECTURE.md 5): nothing is inferred at run time.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+SOURCES = ("events", "impressions", "clicks")
+
+
+def _schema(*fields: tuple[str, object]) -> StructType:
+    return StructType([StructField(name, typ, True) for name, typ in fields])
+
+
+SCHEMAS: dict[str, StructType] = {
+    "events": _schema(
+        ("event_id", StringType()),
+        ("user_id", LongType()),
+        ("event_type", StringType()),
+        ("page", StringType()),
+        ("amount", DoubleType()),
+        ("event_time", TimestampType()),
+        ("device", StringType()),
+        ("country", StringType()),
+    ),
+    "impressions": _schema(
+        ("impression_id", StringType()),
+        ("ad_id", LongType()),
+        ("campaign_id", LongType()),
+        ("user_id", LongType()),
+        ("impression_time", TimestampType()),
+    ),
+    "clicks": _schema(
+        ("click_id", StringType()),
+        ("impression_id", StringType()),
+        ("ad_id", LongType()),
+        ("user_id", LongType()),
+        ("click_time", TimestampType()),
+    ),
+}
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "events": ("event_id", "user_id", "event_time"),
+    "impressions": ("impression_id", "ad_id", "campaign_id", "user_id", "impression_time"),
+    "clicks": ("click_id", "impression_id", "ad_id", "user_id", "click_time"),
+}
+RESCUED = "_rescued_data"
+METADATA = _schema(
+    (RESCUED, StringType()), ("_source_file", StringType()), ("_ingested_at", TimestampType())
+)
+QUARANTINE_TABLE = "bronze.quarantine"
+QUARANTINE_SCHEMA = _schema(
+    ("source", StringType()),
+    ("raw", StringType()),
+    ("reason", StringType()),
+    ("detail", StringType()),
+    ("_source_file", StringType()),
+    ("_ingested_at", TimestampType()),
+)
+# Reasons a line goes to quarantine, checked in this order.
+REASONS = ("empty_line", "malformed_json", "missing_field", "wrong_type")
+
+
+def table_schema(source: str) -> StructType:
+    """The schema of ``bronze.<source>``: the source's fields, then the bronze metadata."""
+    return StructType(SCHEMAS[source].fields + METADATA.fields)
+
+
+def _field_value(raw: Column, name: str, typ) -> Column:
+    """The typed value of field ``name`` from its JSON text (null when absent or not
+    convertible). A number sent as a JSON string converts when its text is an exact number."""
+    text = F.element_at(raw, F.lit(name))
+    if isinstance(typ, StringType):
+        return text
+    return text.try_cast(typ)
+
+
+def parse_lines(lines: DataFrame, source: str) -> DataFrame:
+    """Parse the ``value`` lines of ``source`` (with ``_source_file``) into typed columns, the
+    rescued data, and ``_reason``/``_detail`` (null for a row that belongs in bronze).
+
+    Each line is parsed once, as a map from field name to JSON text; typed values are conversions
+    of those texts, so a field that is absent is told apart from one that has the wrong type,
+    and fields the schema does not know are found without a second parse. The conditions are
+    plain expressions (no lambdas) so Spark compiles them; the rescued-data JSON is built only
+    for the rare line that has something to rescue.
+    """
+    schema = SCHEMAS[source]
+    raw = F.col("_raw")
+    # rand() makes the parse nondeterministic to the optimizer, which then neither copies it
+    # into every expression that reads it nor pushes a filter below it: one parse per line.
+    parse = F.when(F.rand(0) >= 0, F.from_json("value", "map<string,string>"))
+    parsed = lines.select("value", "_source_file", parse.alias("_raw"))
+    typed = {f.name: _field_value(raw, f.name, f.dataType) for f in schema.fields}
+    present = {f.name: F.element_at(raw, F.lit(f.name)).isNotNull() for f in schema.fields}
+    # a value that is there but does not convert (a string field takes any JSON scalar)
+    mistyped = {
+        f.name: present[f.name] & typed[f.name].isNull()
+        for f in schema.fields
+        if not isinstance(f.dataType, StringType)
+    }
+    known_keys = sum(
+        (F.map_contains_key(raw, F.lit(f.name)).cast("int") for f in schema.fields), F.lit(0)
+    )
+    has_unknown = F.size(raw) > known_keys
+    any_mistyped = _any(list(mistyped.values()))
+    known = F.array(*[F.lit(f.name) for f in schema.fields])
+    bad_names = F.array(*[F.when(bad, F.lit(name)) for name, bad in mistyped.items()])
+    rescued = F.map_filter(
+        raw,
+        lambda k, _v: (
+            ~F.array_contains(known, k) | F.coalesce(F.array_contains(bad_names, k), F.lit(False))
+        ),
+    )
+    required = REQUIRED[source]
+    missing = [~present[name] for name in required]
+    wrong = [mistyped[name] for name in required if name in mistyped]
+    wrong_all = list(mistyped.values())
+    blank = F.trim("value") == ""
+    reason = (
+        F.when(blank, "empty_line")
+        .when(raw.isNull(), "malformed_json")
+        .when(_any(missing), "missing_field")
+        .when(_any(wrong), "wrong_type")
+    )
+    detail = (
+        F.when(blank, F.lit("blank line"))
+        .when(raw.isNull(), F.lit("not a JSON object"))
+        .when(_any(missing), F.concat(F.lit("missing: "), _named(required, missing)))
+        .when(_any(wrong), F.concat(F.lit("wrong type: "), _named(list(mistyped), wrong_all)))
+    )
+    return parsed.select(
+        F.when(reason.isNotNull(), F.col("value")).alias("value"),  # kept for quarantine only
+        *[typed[f.name].alias(f.name) for f in schema.fields],
+        F.when(has_unknown | any_mistyped, F.when(F.size(rescued) > 0, F.to_json(rescued))).alias(
+            RESCUED
+        ),
+        "_source_file",
+        F.current_timestamp().alias("_ingested_at"),
+        reason.alias("_reason"),
+        detail.alias("_detail"),
+    )
+
+
+def _any(conditions: list[Column]) -> Column:
+    out = F.lit(False)
+    for cond in conditions:
+        out = out | cond
+    return out
+
+
+def _named(names, conditions) -> Column:
+    """The names whose condition holds, joined by commas."""
+    return F.concat_ws(", ", *[F.when(c, F.lit(n)) for n, c in zip(names, conditions, strict=True)])
+
+
+def bronze_rows(parsed: DataFrame, source: str) -> DataFrame:
+    """The rows of ``bronze.<source>``: every line with no quarantine reason."""
+    return parsed.where(F.col("_reason").isNull()).select(*table_schema(source).names)
+
+
+def quarantine_rows(parsed: DataFrame, source: str) -> DataFrame:
+    """The rows of ``bronze.quarantine``: raw text, source, file and reason of every other line."""
+    return parsed.where(F.col("_reason").isNotNull()).select(
+        F.lit(source).alias("source"),
+        F.col("value").alias("raw"),
+        F.col("_reason").alias("reason"),
+        F.col("_detail").alias("detail"),
+        "_source_file",
+        "_ingested_at",
+    )

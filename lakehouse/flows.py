@@ -1,0 +1,81 @@
+"""Flow declarations: what a streaming flow reads, how it transforms, where its rows go.
+
+A flow is declared once (ARCHITECTURE.md 3) and :mod:`lakehouse.runner` turns it into one
+streaming query. Layer modules hold nothing but declarations and pure transforms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lakehouse.settings import LAYERS, split_table_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+
+@dataclass(frozen=True)
+class LandingInput:
+    """The JSON-lines files of ``landing/<source>/``, read as a stream of text lines with the
+    file each line came from (``value``, ``_source_file``)."""
+
+    source: str
+
+
+@dataclass(frozen=True)
+class TableInput:
+    """A table read as a stream of its appended rows."""
+
+    table: str
+
+
+Input = LandingInput | TableInput
+
+
+@dataclass(frozen=True)
+class Output:
+    """A table a flow writes. ``rows`` picks this table's rows out of the flow's result (None:
+    the result as it is). A ``schema`` creates the table before the flow starts, so downstream
+    flows can start reading even before the first row arrives."""
+
+    table: str
+    rows: Callable[[DataFrame], DataFrame] | None = None
+    schema: StructType | None = None
+    partition_by: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One streaming query: ``transform(*inputs)`` written to one or more ``outputs``.
+
+    ``name`` is ``layer.flow``; the checkpoint lives at ``checkpoints/<layer>/<flow>``. With
+    several outputs the flow writes all of them from each micro-batch, each table exactly once.
+    """
+
+    name: str
+    inputs: tuple[Input, ...]
+    transform: Callable[..., DataFrame]
+    outputs: tuple[Output, ...]
+    output_mode: str = "append"
+    keys: tuple[str, ...] = ()
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        layer, _ = split_table_name(self.name)
+        if layer not in LAYERS:
+            raise ValueError(f"flow {self.name}: layer must be one of {', '.join(LAYERS)}")
+        if not self.outputs:
+            raise ValueError(f"flow {self.name} declares no output table")
+        if len(self.outputs) > 1 and self.output_mode != "append":
+            raise ValueError(f"flow {self.name}: several outputs need append mode")
+
+    @property
+    def layer(self) -> str:
+        return split_table_name(self.name)[0]
+
+    @property
+    def flow(self) -> str:
+        return split_table_name(self.name)[1]

@@ -1,0 +1,772 @@
+"""Synthetic landing data for the three sources of the contract (ARCHITECTURE.md 5).
+
+The records come from dbldatagen specs built on Spark; the faults (resent duplicates, disorder
+within the allowed lateness, events later than the watermark, malformed lines) are injected with a
+seeded NumPy generator; lines are then written as JSON-lines files under ``landing/<source>/``,
+one file per slice of arrival time, named so that lexical order is arrival order. Every injected
+fault is counted in ``landing/_manifest.json`` so tests and ``verify`` can account for each line.
+
+Shape of the data:
+
+- users have a skewed activity (user ids near 1 are heavy users); each user session is a burst
+  of events spread over 5 to 60 minutes, so consecutive events are sometimes more and sometimes
+  less than 15 minutes apart, and bursts of one user overlap or leave idle gaps;
+- event types follow a plausible funnel mix; purchase amounts are log-normal (a long tail);
+- impressions spread over many ads (skewed popularity) grouped five per campaign; each ad has a
+  click-through rate of 1 to 6 percent; clicks follow their impression by up to an hour, and
+  about 5 percent of clicks come 1 to 2 hours later (they must not join).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lakehouse.progress import Progress
+from lakehouse.settings import Settings, duration_seconds
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+SOURCES = ("events", "impressions", "clicks")
+TIME_FIELD = {"events": "event_time", "impressions": "impression_time", "clicks": "click_time"}
+REQUIRED = {
+    "events": ("event_id", "user_id", "event_time"),
+    "impressions": ("impression_id", "ad_id", "campaign_id", "user_id", "impression_time"),
+    "clicks": ("click_id", "impression_id", "ad_id", "user_id", "click_time"),
+}
+# Required fields whose JSON type is checked (a string field accepts any JSON scalar).
+TYPED_REQUIRED = {
+    "events": ("user_id", "event_time"),
+    "impressions": ("ad_id", "campaign_id", "user_id", "impression_time"),
+    "clicks": ("ad_id", "user_id", "click_time"),
+}
+# Fault kinds, in manifest order. The malformed kinds are the corruptions of a line;
+# QUARANTINED are the ones bronze must send to bronze.quarantine (an unknown extra field is kept,
+# with the field in the rescued-data column).
+MALFORMED = ("malformed_json", "missing_field", "wrong_type", "unknown_field", "empty_line")
+FAULTS = ("duplicate", "disorder", "late", *MALFORMED)
+QUARANTINED = ("malformed_json", "missing_field", "wrong_type", "empty_line")
+_KIND = {name: code for code, name in enumerate(("none", *FAULTS))}
+
+DEFAULT_START = "2026-01-05T08:00:00Z"
+MANIFEST = "_manifest.json"
+IMPRESSIONS_PER_EVENT = 0.4
+SPEC_PARTITIONS = 4  # fixed, so the same seed gives the same rows on any machine
+EVENTS_PER_SESSION = 20
+EVENTS_PER_USER = 100
+# a dbldatagen column drawn uniformly from [0, 1) (its default step of 1 would give only 0 and 1)
+UNIFORM = {"minValue": 0.0, "maxValue": 1.0, "step": 1e-9, "random": True, "omit": True}
+
+
+class GenerateError(ValueError):
+    """Bad generator arguments or an unusable landing folder."""
+
+
+@dataclass(frozen=True)
+class GenerateParams:
+    """What to generate. Fractions are shares of each source's records."""
+
+    events: int = 100_000
+    seed: int = 42
+    start: str = DEFAULT_START
+    hours: float = 6.0  # span of session starts; events of the last sessions run up to 1 h later
+    file_minutes: float = 5.0  # arrival time covered by one landing file
+    users: int = 0  # 0: one user per 100 events (at least 50)
+    duplicate_fraction: float = 0.02
+    disorder_fraction: float = 0.05
+    late_fraction: float = 0.002
+    malformed_fraction: float = 0.005
+    watermarks: dict[str, str] = field(
+        default_factory=lambda: {
+            "events": "10 minutes",
+            "impressions": "2 hours",
+            "clicks": "3 hours",
+        }
+    )
+
+    def validate(self) -> GenerateParams:
+        if self.events < 0:
+            raise GenerateError(f"--events must be 0 or more; got {self.events}")
+        if self.users < 0:
+            raise GenerateError(f"--users must be 0 (automatic) or more; got {self.users}")
+        if not self.hours > 0:
+            raise GenerateError(f"--hours must be more than 0; got {self.hours}")
+        if not self.file_minutes > 0:
+            raise GenerateError(f"--file-minutes must be more than 0; got {self.file_minutes}")
+        for name in ("duplicate", "disorder", "late", "malformed"):
+            value = getattr(self, f"{name}_fraction")
+            if not 0 <= value < 1:
+                raise GenerateError(f"--{name}-fraction must be in [0, 1); got {value}")
+        total = self.disorder_fraction + self.late_fraction + self.malformed_fraction
+        if total >= 1:
+            raise GenerateError(
+                "--disorder-fraction + --late-fraction + --malformed-fraction must stay below 1 "
+                f"(each record gets at most one of them); got {total:g}"
+            )
+        parse_start(self.start)
+        return self
+
+    @property
+    def start_ms(self) -> int:
+        return int(parse_start(self.start).timestamp() * 1000)
+
+    @property
+    def user_count(self) -> int:
+        return self.users or max(50, self.events // EVENTS_PER_USER)
+
+    def watermark_ms(self, source: str) -> int:
+        return duration_seconds(self.watermarks[source]) * 1000
+
+
+def parse_start(text: str) -> dt.datetime:
+    try:
+        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise GenerateError(
+            f"--start must be an ISO-8601 time such as {DEFAULT_START}; got {text!r}"
+        ) from None
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+def params_from_settings(settings: Settings, **kwargs: Any) -> GenerateParams:
+    """Generator parameters whose lateness follows the configured watermarks."""
+    watermarks = dataclasses.asdict(settings.watermarks)
+    return GenerateParams(watermarks=watermarks, **kwargs).validate()
+
+
+# --------------------------------------------------------------------------------------------
+# dbldatagen specs
+
+
+def _unit(column: str, salt: int) -> str:
+    """A uniform number in [0, 1) that is a pure function of ``column`` (a hash, not a draw)."""
+    return f"(pmod(xxhash64({column}, {salt}), 1000003) / 1000003.0)"
+
+
+def events_spec(
+    spark: SparkSession,
+    rows: int,
+    *,
+    seed: int,
+    tag: str,
+    start_ms: int,
+    span_s: float,
+    users: int,
+    session_s: tuple[float, float] = (300.0, 3600.0),
+):
+    """Events as bursts (sessions): each row picks a session; the session fixes the user, the
+    start time, the length, the device and the country; the row's time falls inside it.
+
+    ``session_s`` bounds the length of a burst; (0, 0) places events uniformly in the span (the
+    follow mode, where every file covers a few seconds)."""
+    import dbldatagen as dg
+
+    sessions = max(1, rows // EVENTS_PER_SESSION)
+    low, high = session_s
+    return (
+        dg.DataGenerator(
+            spark,
+            name="events",
+            rows=rows,
+            partitions=SPEC_PARTITIONS,
+            randomSeed=seed,
+            randomSeedMethod="hash_fieldname",
+        )
+        .withColumn("session", "long", minValue=0, maxValue=sessions - 1, random=True, omit=True)
+        # a few heavy users: user 1 owns ~1/sqrt(users) of the sessions
+        .withColumn(
+            "user_id",
+            "long",
+            baseColumn="session",
+            expr=f"1 + cast(floor({users} * pow({_unit('session', seed)}, 2)) as bigint)",
+        )
+        .withColumn("offset", "double", **UNIFORM)
+        .withColumn(
+            "event_time",
+            "timestamp",
+            baseColumn=["session", "offset"],
+            expr=(
+                f"timestamp_millis(cast({start_ms} + round(1000 * ("
+                f"{_unit('session', seed + 1)} * {span_s}"
+                f" + offset * ({low} + {high - low} * pow({_unit('session', seed + 2)}, 1.5))"
+                ")) as bigint))"
+            ),
+        )
+        .withColumn(
+            "event_type",
+            "string",
+            values=["page_view", "search", "add_to_cart", "purchase"],
+            weights=[62, 20, 12, 6],
+            random=True,
+        )
+        .withColumn("page_pick", "double", **UNIFORM)
+        .withColumn(
+            "page",
+            "string",
+            baseColumn=["event_type", "page_pick"],
+            expr=(
+                "CASE event_type WHEN 'search' THEN '/search' WHEN 'add_to_cart' THEN '/cart'"
+                " WHEN 'purchase' THEN '/checkout/complete'"
+                " ELSE CASE WHEN page_pick < 0.15 THEN '/'"
+                " WHEN page_pick < 0.4 THEN concat('/category/', 1 + cast(page_pick * 997 as int) % 20)"
+                " ELSE concat('/product/', 1 + cast(500 * pow((page_pick - 0.4) / 0.6, 2) as int))"
+                " END END"
+            ),
+        )
+        .withColumn(
+            "amount",
+            "double",
+            baseColumn="event_type",
+            expr=(
+                f"CASE WHEN event_type = 'purchase' THEN "
+                f"round(least(5000, exp(3.2 + 0.9 * randn({seed + 3}))), 2) END"
+            ),
+        )
+        .withColumn(
+            "device",
+            "string",
+            baseColumn="session",
+            expr=(
+                f"CASE WHEN {_unit('session', seed + 4)} < 0.55 THEN 'mobile'"
+                f" WHEN {_unit('session', seed + 4)} < 0.93 THEN 'desktop' ELSE 'tablet' END"
+            ),
+        )
+        .withColumn(
+            "country",
+            "string",
+            baseColumn="user_id",
+            expr=(
+                f"element_at(array('US','US','US','DE','GB','FR','IN','BR','JP','NL'), "
+                f"1 + cast(pmod(xxhash64(user_id, {seed + 5}), 10) as int))"
+            ),
+        )
+        .withColumn("event_id", "string", baseColumn="id", expr=f"md5(concat('e:{tag}:', id))")
+    )
+
+
+def impressions_spec(
+    spark: SparkSession,
+    rows: int,
+    *,
+    seed: int,
+    tag: str,
+    start_ms: int,
+    span_s: float,
+    users: int,
+):
+    """Impressions over many ads (skewed popularity, five ads per campaign), each carrying
+    whether it was clicked and after how long (1 to 6 percent click-through per ad)."""
+    import dbldatagen as dg
+
+    ads = max(20, rows // 800)
+    return (
+        dg.DataGenerator(
+            spark,
+            name="impressions",
+            rows=rows,
+            partitions=SPEC_PARTITIONS,
+            randomSeed=seed + 7,
+            randomSeedMethod="hash_fieldname",
+        )
+        .withColumn("impression_id", "string", baseColumn="id", expr=f"md5(concat('i:{tag}:', id))")
+        .withColumn("ad_pick", "double", **UNIFORM)
+        .withColumn(
+            "ad_id",
+            "long",
+            baseColumn="ad_pick",
+            expr=f"1 + cast(floor({ads} * pow(ad_pick, 1.6)) as bigint)",
+        )
+        .withColumn("campaign_id", "long", baseColumn="ad_id", expr="1 + (ad_id - 1) div 5")
+        .withColumn("user_pick", "double", **UNIFORM)
+        .withColumn(
+            "user_id",
+            "long",
+            baseColumn="user_pick",
+            expr=f"1 + cast(floor({users} * pow(user_pick, 2)) as bigint)",
+        )
+        .withColumn("time_pick", "double", **UNIFORM)
+        .withColumn(
+            "impression_time",
+            "timestamp",
+            baseColumn="time_pick",
+            expr=f"timestamp_millis(cast({start_ms} + round(time_pick * {span_s * 1000}) as bigint))",
+        )
+        .withColumn("click_pick", "double", **UNIFORM)
+        .withColumn(
+            "clicked",
+            "boolean",
+            baseColumn=["click_pick", "ad_id"],
+            expr=f"click_pick < 0.01 + 0.05 * {_unit('ad_id', seed + 8)}",
+        )
+        .withColumn("delay_pick", "double", **UNIFORM)
+        .withColumn("late_pick", "double", **UNIFORM)
+        # milliseconds from impression to click: up to the 1-hour bound, or 5% beyond it
+        .withColumn(
+            "click_delay_ms",
+            "long",
+            baseColumn=["delay_pick", "late_pick"],
+            expr=(
+                "CASE WHEN late_pick < 0.05 THEN 3600001 + cast(delay_pick * 3599999 as bigint)"
+                " ELSE greatest(1000, least(3600000, cast(-ln(1 - delay_pick) * 480000 as bigint)))"
+                " END"
+            ),
+        )
+    )
+
+
+def _lines(df: DataFrame, time_field: str, fields: list[str]) -> tuple[np.ndarray, list[str]]:
+    """(event time in epoch ms, JSON line) of every row, in the spec's row order."""
+    from pyspark.sql import functions as F
+
+    table = df.select(
+        F.unix_millis(F.col(time_field)).alias("t"), F.to_json(F.struct(*fields)).alias("line")
+    ).toArrow()
+    return table.column("t").to_numpy(), table.column("line").to_pylist()
+
+
+def source_records(
+    spark: SparkSession,
+    events: int,
+    *,
+    seed: int,
+    tag: str,
+    start_ms: int,
+    span_s: float,
+    users: int,
+    session_s: tuple[float, float] = (300.0, 3600.0),
+) -> dict[str, tuple[np.ndarray, list[str]]]:
+    """The clean records of every source: (event time ms, JSON line) per source."""
+    from pyspark.sql import functions as F
+
+    out: dict[str, tuple[np.ndarray, list[str]]] = {}
+    ev = events_spec(
+        spark,
+        events,
+        seed=seed,
+        tag=tag,
+        start_ms=start_ms,
+        span_s=span_s,
+        users=users,
+        session_s=session_s,
+    ).build()
+    out["events"] = _lines(
+        ev,
+        "event_time",
+        ["event_id", "user_id", "event_type", "page", "amount", "event_time", "device", "country"],
+    )
+    rows = round(events * IMPRESSIONS_PER_EVENT)
+    imp = impressions_spec(
+        spark, rows, seed=seed, tag=tag, start_ms=start_ms, span_s=span_s, users=users
+    ).build()
+    out["impressions"] = _lines(
+        imp,
+        "impression_time",
+        ["impression_id", "ad_id", "campaign_id", "user_id", "impression_time"],
+    )
+    clicks = imp.where("clicked").select(
+        F.md5(F.concat(F.lit(f"c:{tag}:"), F.col("impression_id"))).alias("click_id"),
+        "impression_id",
+        "ad_id",
+        "user_id",
+        F.timestamp_millis(F.unix_millis("impression_time") + F.col("click_delay_ms")).alias(
+            "click_time"
+        ),
+    )
+    out["clicks"] = _lines(
+        clicks, "click_time", ["click_id", "impression_id", "ad_id", "user_id", "click_time"]
+    )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# faults
+
+
+@dataclass
+class Landed:
+    """Lines of one source waiting to be written, with arrival time and fault kind."""
+
+    arrival: np.ndarray  # epoch ms
+    lines: np.ndarray  # object array of str
+    kinds: np.ndarray  # int8 codes of _KIND
+
+    @classmethod
+    def empty(cls) -> Landed:
+        return cls(np.empty(0, np.int64), np.empty(0, object), np.empty(0, np.int8))
+
+    def __len__(self) -> int:
+        return len(self.arrival)
+
+    def extend(self, other: Landed) -> Landed:
+        return Landed(
+            np.concatenate([self.arrival, other.arrival]),
+            np.concatenate([self.lines, other.lines]),
+            np.concatenate([self.kinds, other.kinds]),
+        )
+
+    def take(self, index: np.ndarray) -> Landed:
+        return Landed(self.arrival[index], self.lines[index], self.kinds[index])
+
+
+def inject_faults(
+    source: str,
+    event_ms: np.ndarray,
+    lines: list[str],
+    params: GenerateParams,
+    rng: np.random.Generator,
+) -> Landed:
+    """Give each record an arrival time and at most one fault; add resent duplicates.
+
+    - disorder: arrives 1 s to half the watermark after its event time, so the watermark (the
+      latest event time seen minus the allowed lateness) never passes it: never dropped;
+    - late: arrives 1.5 to 2 watermarks after its event time; dropped by the watermark when a
+      micro-batch boundary falls between it and the events that arrived before it;
+    - duplicate: an exact copy of a well-formed record, resent 1 s to half the watermark after
+      the original arrived, so it is always within the deduplication state;
+    - malformed: the line is corrupted in one of the MALFORMED ways (arrives on time).
+    """
+    n = len(lines)
+    wm = params.watermark_ms(source)
+    arrival = event_ms.astype(np.int64, copy=True)
+    kinds = np.zeros(n, np.int8)
+    text = np.array(lines, dtype=object)
+    perm = rng.permutation(n)
+    counts = [
+        round(n * f)
+        for f in (params.malformed_fraction, params.late_fraction, params.disorder_fraction)
+    ]
+    bounds = np.cumsum([0, *counts])
+    malformed, late, disorder = (perm[bounds[i] : bounds[i + 1]] for i in range(3))
+    arrival[late] += rng.integers(wm * 3 // 2, wm * 2, len(late))
+    kinds[late] = _KIND["late"]
+    arrival[disorder] += rng.integers(1000, max(1001, wm // 2), len(disorder))
+    kinds[disorder] = _KIND["disorder"]
+    which = rng.integers(0, len(MALFORMED), len(malformed))
+    for index, kind in zip(malformed, which, strict=True):
+        name = MALFORMED[kind]
+        text[index] = corrupt(source, text[index], name, rng)
+        kinds[index] = _KIND[name]
+    # duplicates: resent copies of records that are neither malformed nor late
+    pool = perm[bounds[2] :]
+    n_dup = min(len(pool), round(n * params.duplicate_fraction))
+    originals = np.sort(rng.choice(pool, n_dup, replace=False)) if n_dup else pool[:0]
+    dup = Landed(
+        arrival[originals] + rng.integers(1000, max(1001, wm // 2), n_dup),
+        text[originals].copy(),
+        np.full(n_dup, _KIND["duplicate"], np.int8),
+    )
+    return Landed(arrival, text, kinds).extend(dup)
+
+
+_WRONG_VALUES = {
+    "time": ("not-a-time", "31/12/2025 10:00", "2026-13-45T99:00:00Z"),
+    "long": ("n/a", "12abc", "unknown"),
+}
+
+
+def corrupt(source: str, line: str, kind: str, rng: np.random.Generator) -> str:
+    """One malformed version of a well-formed JSON line."""
+    if kind == "malformed_json":
+        return line[: int(rng.integers(1, len(line) - 1))]  # a cut object never parses
+    if kind == "empty_line":
+        return "" if rng.random() < 0.7 else "   "
+    record = json.loads(line)
+    if kind == "missing_field":
+        name = REQUIRED[source][int(rng.integers(0, len(REQUIRED[source])))]
+        if rng.random() < 0.5:
+            record.pop(name, None)
+        else:
+            record[name] = None
+    elif kind == "wrong_type":
+        name = TYPED_REQUIRED[source][int(rng.integers(0, len(TYPED_REQUIRED[source])))]
+        values = _WRONG_VALUES["time" if name.endswith("_time") else "long"]
+        record[name] = values[int(rng.integers(0, len(values)))]
+    elif kind == "unknown_field":
+        if rng.random() < 0.5:
+            record["coupon_code"] = f"SAVE{int(rng.integers(5, 50))}"
+        else:
+            record["experiment"] = {
+                "id": int(rng.integers(1, 9)),
+                "arm": "AB"[int(rng.random() * 2)],
+            }
+    else:
+        raise ValueError(f"unknown fault kind {kind!r}")
+    return json.dumps(record, separators=(",", ":"))
+
+
+# --------------------------------------------------------------------------------------------
+# landing files and the manifest
+
+
+def _count_kinds(kinds: np.ndarray) -> dict[str, int]:
+    found = np.bincount(kinds.astype(np.int64), minlength=len(_KIND))
+    return {name: int(found[code]) for name, code in _KIND.items() if name != "none"}
+
+
+@dataclass
+class SourceTally:
+    """Counts of what was written for one source."""
+
+    files: list[str] = field(default_factory=list)
+    lines: int = 0
+    faults: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAULTS, 0))
+    arrival_min_ms: int | None = None
+    arrival_max_ms: int | None = None
+
+    def add(self, name: str, landed: Landed) -> None:
+        self.files.append(name)
+        self.lines += len(landed)
+        for kind, n in _count_kinds(landed.kinds).items():
+            self.faults[kind] += n
+        lo, hi = int(landed.arrival.min()), int(landed.arrival.max())
+        self.arrival_min_ms = lo if self.arrival_min_ms is None else min(lo, self.arrival_min_ms)
+        self.arrival_max_ms = hi if self.arrival_max_ms is None else max(hi, self.arrival_max_ms)
+
+    def summary(self) -> dict[str, Any]:
+        quarantined = {k: self.faults[k] for k in QUARANTINED}
+        return {
+            "files": len(self.files),
+            "first_file": self.files[0] if self.files else None,
+            "last_file": self.files[-1] if self.files else None,
+            "lines": self.lines,
+            "faults": dict(self.faults),
+            "bronze_rows": self.lines - sum(quarantined.values()),
+            "quarantine": quarantined,
+            "first_arrival": _iso(self.arrival_min_ms),
+            "last_arrival": _iso(self.arrival_max_ms),
+        }
+
+
+def _iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+class Landing:
+    """Writes the landing folder of a lake root: numbered files per source and the manifest."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.dir = self.root / "landing"
+        try:
+            for source in SOURCES:
+                (self.dir / source).mkdir(parents=True, exist_ok=True)
+            probe = self.dir / ".write-probe"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            raise GenerateError(
+                f"cannot write landing files under {self.dir}: {exc.strerror or exc}"
+            ) from None
+        self.manifest_path = self.dir / MANIFEST
+        self.manifest = self._load_manifest()
+
+    def _load_manifest(self) -> dict[str, Any]:
+        if not self.manifest_path.exists():
+            return {"format": 1, "runs": [], "totals": {}}
+        try:
+            return json.loads(self.manifest_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise GenerateError(
+                f"{self.manifest_path} is not valid JSON ({exc}); move it away"
+            ) from None
+
+    def next_sequence(self, source: str) -> int:
+        names = sorted(p.name for p in (self.dir / source).glob(f"{source}-*.json"))
+        if not names:
+            return 0
+        return int(names[-1][len(source) + 1 : -len(".json")]) + 1
+
+    def write_file(self, source: str, seq: int, landed: Landed) -> str:
+        """Write one file atomically (Spark ignores names starting with '.' until the rename)."""
+        name = f"{source}-{seq:06d}.json"
+        final = self.dir / source / name
+        if final.exists():
+            raise GenerateError(f"{final} already exists; the landing folder changed under us")
+        tmp = final.with_name(f".{name}.tmp")
+        tmp.write_text("\n".join(landed.lines.tolist()) + "\n", encoding="utf-8")
+        os.replace(tmp, final)
+        return name
+
+    def record_run(self, run: dict[str, Any]) -> None:
+        runs = [r for r in self.manifest["runs"] if r["run"] != run["run"]] + [run]
+        totals: dict[str, Any] = {}
+        for source in SOURCES:
+            parts = [r["sources"][source] for r in runs if source in r["sources"]]
+            faults = {k: sum(p["faults"][k] for p in parts) for k in FAULTS}
+            totals[source] = {
+                "files": sum(p["files"] for p in parts),
+                "lines": sum(p["lines"] for p in parts),
+                "faults": faults,
+                "bronze_rows": sum(p["bronze_rows"] for p in parts),
+                "quarantine": {k: faults[k] for k in QUARANTINED},
+            }
+        self.manifest = {"format": 1, "runs": runs, "totals": totals}
+        tmp = self.manifest_path.with_name(f".{MANIFEST}.tmp")
+        tmp.write_text(json.dumps(self.manifest, indent=2) + "\n")
+        os.replace(tmp, self.manifest_path)
+
+
+def split_by_arrival(landed: Landed, start_ms: int, slice_ms: int) -> Iterable[Landed]:
+    """Sort lines by arrival (stable: originals before their later copies) and cut them into
+    consecutive arrival slices; empty slices yield nothing."""
+    order = np.argsort(landed.arrival, kind="stable")
+    landed = landed.take(order)
+    slot = (landed.arrival - start_ms) // slice_ms
+    cuts = np.flatnonzero(np.diff(slot)) + 1
+    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(slot)], strict=True):
+        if hi > lo:
+            yield landed.take(np.arange(lo, hi))
+
+
+# --------------------------------------------------------------------------------------------
+# entry points
+
+
+def _run_number(landing: Landing) -> int:
+    return 1 + max((r["run"] for r in landing.manifest["runs"]), default=-1)
+
+
+def _rng(seed: int, run: int, source: str, tick: int = 0) -> np.random.Generator:
+    return np.random.default_rng([seed, run, SOURCES.index(source), tick])
+
+
+def generate(
+    spark: SparkSession,
+    root: Path,
+    params: GenerateParams,
+    *,
+    progress: Callable[[str], Progress] | None = None,
+) -> dict[str, Any]:
+    """Generate one batch of landing files for every source; return this run's manifest entry."""
+    params = params.validate()
+    landing = Landing(root)
+    run = _run_number(landing)
+    make_progress = progress or (lambda label: Progress(label))
+    started = time.monotonic()
+    build = make_progress("building records with dbldatagen")
+    records = source_records(
+        spark,
+        params.events,
+        seed=params.seed,
+        tag=f"{params.seed}:{run}",
+        start_ms=params.start_ms,
+        span_s=params.hours * 3600,
+        users=params.user_count,
+    )
+    build.done(f"{sum(len(r[1]) for r in records.values()):,} records")
+    entry: dict[str, Any] = {
+        "run": run,
+        "mode": "batch",
+        "params": dataclasses.asdict(params),
+        "sources": {},
+    }
+    for source in SOURCES:
+        event_ms, lines = records[source]
+        landed = inject_faults(source, event_ms, lines, params, _rng(params.seed, run, source))
+        tally = SourceTally()
+        seq = landing.next_sequence(source)
+        slices = list(split_by_arrival(landed, params.start_ms, int(params.file_minutes * 60_000)))
+        bar = make_progress(f"writing landing/{source}")
+        for i, part in enumerate(slices):
+            tally.add(landing.write_file(source, seq + i, part), part)
+            bar.update(i + 1, len(slices))
+        bar.done(f"{tally.lines:,} lines in {len(slices)} files")
+        entry["sources"][source] = tally.summary()
+    landing.record_run(entry)
+    make_progress(f"run {run}").done(f"generated in {time.monotonic() - started:.1f} s")
+    return entry
+
+
+def follow(
+    spark: SparkSession,
+    root: Path,
+    params: GenerateParams,
+    *,
+    rate: float,
+    interval_s: float,
+    ticks: int = 0,
+    out=sys.stderr,
+) -> dict[str, Any]:
+    """Every ``interval_s`` seconds, write one small file per source with current event times
+    (``rate`` events per second), until ``ticks`` files were written (0: until interrupted).
+
+    Lines whose arrival time lies in the future (disordered, late, resent, and clicks that come
+    after their impression) wait for the tick that reaches their arrival time; when the loop
+    stops, the waiting lines are written in one last file so the manifest accounts for them."""
+    params = params.validate()
+    if rate <= 0 or interval_s <= 0:
+        raise GenerateError("--rate and --interval must be more than 0")
+    landing = Landing(root)
+    run = _run_number(landing)
+    users = params.users or max(50, int(rate * 3600) // EVENTS_PER_USER)
+    pending = {s: Landed.empty() for s in SOURCES}
+    tallies = {s: SourceTally() for s in SOURCES}
+    entry: dict[str, Any] = {
+        "run": run,
+        "mode": "follow",
+        "rate": rate,
+        "interval": interval_s,
+        "params": dataclasses.asdict(params),
+        "sources": {},
+    }
+    window_start = int(time.time() * 1000)
+    tick = 0
+
+    def emit(until_ms: int | None) -> None:
+        for source in SOURCES:
+            waiting = pending[source]
+            due = (
+                waiting.arrival <= until_ms if until_ms is not None else np.ones(len(waiting), bool)
+            )
+            if due.any():
+                part = waiting.take(np.flatnonzero(due))
+                part = part.take(np.argsort(part.arrival, kind="stable"))
+                seq = landing.next_sequence(source)
+                tallies[source].add(landing.write_file(source, seq, part), part)
+            pending[source] = waiting.take(np.flatnonzero(~due))
+        entry["sources"] = {s: tallies[s].summary() for s in SOURCES}
+        landing.record_run(entry)
+
+    try:
+        while ticks == 0 or tick < ticks:
+            deadline = window_start + interval_s * 1000
+            time.sleep(max(0.0, deadline / 1000 - time.time()))
+            now = int(time.time() * 1000)
+            n = max(1, round(rate * (now - window_start) / 1000))
+            records = source_records(
+                spark,
+                n,
+                seed=params.seed + tick,
+                tag=f"{params.seed}:{run}:{tick}",
+                start_ms=window_start,
+                span_s=(now - window_start) / 1000,
+                users=users,
+                session_s=(0.0, 0.0),
+            )
+            for source in SOURCES:
+                event_ms, lines = records[source]
+                landed = inject_faults(
+                    source, event_ms, lines, params, _rng(params.seed, run, source, tick)
+                )
+                pending[source] = pending[source].extend(landed)
+            emit(now)
+            tick += 1
+            print(f"tick {tick}: {n} events up to {_iso(now)}", file=out, flush=True)
+            window_start = now
+    except KeyboardInterrupt:
+        print("stopping: writing the lines still waiting for their arrival time", file=out)
+    emit(None)
+    return entry

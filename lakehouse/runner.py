@@ -1,0 +1,264 @@
+"""The flow runner: turns flow declarations into streaming queries and runs a layer.
+
+All I/O of a flow happens here: reading landing files or tables as streams, creating output
+tables, checkpoints, triggers, waiting and reporting. Layer code only declares flows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import re
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
+
+from lakehouse.flows import Flow, Input, LandingInput, TableInput
+from lakehouse.settings import Settings
+from lakehouse.storage import table_store, trigger_kwargs
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from lakehouse.storage.store import TableStore
+
+PIPELINE = ("bronze", "silver", "gold")
+
+
+class FlowFailed(RuntimeError):
+    """A streaming query of a flow stopped with an error."""
+
+
+class UnknownLayer(ValueError):
+    """A layer that does not exist or declares no flows."""
+
+
+class MissingInput(FileNotFoundError):
+    """A flow's input (landing folder or table) does not exist."""
+
+
+def layer_flows(layer: str) -> tuple[Flow, ...]:
+    """The flows a layer declares (module ``<layer>.flows``, attribute ``FLOWS``)."""
+    if layer not in PIPELINE:
+        raise UnknownLayer(f"unknown layer {layer!r}: use one of {', '.join(PIPELINE)} or all")
+    try:
+        module = importlib.import_module(f"{layer}.flows")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{layer}.flows":
+            raise
+        raise UnknownLayer(f"the {layer} layer declares no flows yet") from None
+    return tuple(module.FLOWS)
+
+
+def declared_layers() -> list[str]:
+    """The layers of the pipeline that declare flows, in pipeline order."""
+    found = []
+    for layer in PIPELINE:
+        try:
+            layer_flows(layer)
+        except UnknownLayer:
+            continue
+        found.append(layer)
+    return found
+
+
+@dataclass
+class FlowReport:
+    """What one flow did in a run."""
+
+    flow: str
+    batches: int = 0
+    input_rows: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+
+def _progress_printer(spark: SparkSession, out: TextIO):
+    """Register (once per session) a listener printing one line per micro-batch that read
+    rows. It stays registered: removing it while Spark still delivers the last events races
+    with the delivery; the session's stop drains them."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    registered = getattr(spark, "_lakehouse_progress", None)
+    if registered is not None:
+        registered.out = out
+        return
+
+    class Printer(StreamingQueryListener):
+        def __init__(self):
+            self.out = out
+
+        def onQueryStarted(self, event):
+            pass
+
+        def onQueryProgress(self, event):
+            p = event.progress
+            if p.numInputRows:
+                print(
+                    f"{p.name} batch {p.batchId}: {p.numInputRows:,} rows in "
+                    f"{p.batchDuration / 1000:.1f} s ({p.processedRowsPerSecond:,.0f} rows/s)",
+                    file=self.out,
+                    flush=True,
+                )
+
+        def onQueryIdle(self, event):
+            pass
+
+        def onQueryTerminated(self, event):
+            pass
+
+    printer = Printer()
+    spark.streams.addListener(printer)
+    spark._lakehouse_progress = printer
+
+
+def read_input(
+    spark: SparkSession, store: TableStore, settings: Settings, source: Input, max_files: int
+) -> DataFrame:
+    """A flow input as a streaming DataFrame."""
+    from pyspark.sql import functions as F
+
+    if isinstance(source, LandingInput):
+        path = settings.landing_path(source.source)
+        if not path.is_dir():
+            raise MissingInput(
+                f"landing folder {path} does not exist; check --root or run `lakehouse generate`"
+            )
+        reader = spark.readStream.format("text")
+        if max_files:
+            reader = reader.option("maxFilesPerTrigger", max_files)
+        return reader.load(str(path.absolute())).select(
+            "value", F.col("_metadata.file_path").alias("_source_file")
+        )
+    if isinstance(source, TableInput):
+        if not store.exists(source.table):
+            raise MissingInput(
+                f"input table {source.table} does not exist at {store.path(source.table)}; "
+                "run the layer that writes it first"
+            )
+        return store.read_stream(source.table, max_files_per_trigger=max_files or None)
+    raise TypeError(f"unknown flow input {source!r}")
+
+
+def start_flow(
+    spark: SparkSession, store: TableStore, settings: Settings, flow: Flow
+) -> StreamingQuery:
+    """Create the flow's output tables and start its streaming query."""
+    for output in flow.outputs:
+        if output.schema is not None:
+            store.create(output.table, output.schema, output.partition_by)
+    max_files = settings.trigger.max_files_per_trigger
+    frames = [read_input(spark, store, settings, source, max_files) for source in flow.inputs]
+    result = flow.transform(*frames)
+    checkpoint = settings.checkpoint_path(flow.layer, flow.flow)
+    trigger = trigger_kwargs(settings.trigger)
+    if len(flow.outputs) == 1 and flow.outputs[0].rows is None:
+        out = flow.outputs[0]
+        options = {"partitionBy": ",".join(out.partition_by)} if out.partition_by else None
+        return store.write_stream(
+            result,
+            out.table,
+            checkpoint,
+            output_mode=flow.output_mode,
+            keys=flow.keys,
+            trigger=trigger,
+            query_name=flow.name,
+            options=options,
+        )
+    routes = [(o.table, o.rows or (lambda df: df)) for o in flow.outputs]
+    return store.write_stream_routed(
+        result, routes, checkpoint, trigger=trigger, query_name=flow.name
+    )
+
+
+_RAISED = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*: \S.*$")
+
+
+def _first_line(exc: BaseException) -> str:
+    """The line of a query's error that says what went wrong. A failure inside foreachBatch
+    arrives as a Python traceback (followed by the plan): the exception is its last
+    ``package.Class: message`` line."""
+    text = (getattr(exc, "desc", None) or str(exc)).split("=== Streaming Query ===")[0].strip()
+    if not text:
+        return type(exc).__name__
+    lines = text.splitlines()
+    if "Traceback (most recent call last)" in text:
+        raised = [line.strip() for line in lines if _RAISED.match(line.strip())]
+        if raised:
+            return raised[-1]
+    return lines[0]
+
+
+def run_flows(
+    spark: SparkSession,
+    settings: Settings,
+    flows: Sequence[Flow],
+    *,
+    out: TextIO | None = None,
+) -> list[FlowReport]:
+    """Start ``flows`` together and wait: until they are done (available-now), or until one
+    fails or the user interrupts (continuous). A failure stops the other flows and raises
+    :class:`FlowFailed` naming the flow."""
+    out = out or sys.stderr
+    store = table_store(spark, settings)
+    _progress_printer(spark, out)
+    queries: dict[str, StreamingQuery] = {}
+    started = time.monotonic()
+    try:
+        for flow in flows:
+            queries[flow.name] = start_flow(spark, store, settings, flow)
+        _wait(spark, queries, continuous=settings.trigger.mode == "continuous")
+    except KeyboardInterrupt:
+        print("interrupted: stopping the flows after their current micro-batch", file=out)
+    finally:
+        for query in queries.values():
+            if query.isActive:
+                query.stop()
+    reports = []
+    for name, query in queries.items():
+        batches = [p for p in query.recentProgress if p["numInputRows"]]
+        report = FlowReport(
+            name,
+            len(batches),
+            sum(p["numInputRows"] for p in batches),
+            time.monotonic() - started,
+        )
+        error = query.exception()
+        if error is not None:
+            report.error = _first_line(error)
+        reports.append(report)
+    failed = [r for r in reports if r.error]
+    if failed:
+        raise FlowFailed(f"flow {failed[0].flow} failed: {failed[0].error}")
+    return reports
+
+
+def _wait(spark: SparkSession, queries: dict[str, StreamingQuery], continuous: bool) -> None:
+    if not continuous:
+        # flows are independent: one failing does not cut the others' work short
+        for query in queries.values():
+            with contextlib.suppress(Exception):  # reported from query.exception()
+                query.awaitTermination()
+        return
+    try:
+        spark.streams.awaitAnyTermination()
+    except Exception:
+        return
+
+
+def run_layers(
+    spark: SparkSession, settings: Settings, layers: Sequence[str], *, out: TextIO | None = None
+) -> list[FlowReport]:
+    """Run layers in pipeline order. In available-now mode each layer finishes before the next
+    starts; in continuous mode all of their flows run together."""
+    ordered = [layer for layer in PIPELINE if layer in layers]
+    flows = {layer: layer_flows(layer) for layer in ordered}
+    if settings.trigger.mode == "continuous":
+        return run_flows(spark, settings, [f for layer in ordered for f in flows[layer]], out=out)
+    reports: list[FlowReport] = []
+    for layer in ordered:
+        reports += run_flows(spark, settings, flows[layer], out=out)
+    return reports

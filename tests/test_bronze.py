@@ -1,0 +1,273 @@
+"""Bronze: every landing line lands in exactly one of bronze.<source> or bronze.quarantine."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import Row
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from bronze.sources import QUARANTINE_TABLE, SOURCES
+from lakehouse import generate as gen
+from lakehouse.progress import Progress
+from lakehouse.runner import FlowFailed, run_layers
+from lakehouse.storage.deltafiles import latest_version
+from lakehouse.storage.store import FAILPOINT_ENV
+
+REPO = Path(__file__).resolve().parents[1]
+T0 = "2026-01-05T08:00:00.000Z"
+
+
+def _generate(spark, settings, **kwargs) -> dict:
+    params = gen.params_from_settings(
+        settings,
+        **{
+            "events": 1500,
+            "hours": 1.0,
+            "file_minutes": 10.0,
+            "malformed_fraction": 0.03,
+            **kwargs,
+        },
+    )
+    gen.generate(
+        spark, settings.root, params, progress=lambda label: Progress(label, io.StringIO())
+    )
+    return json.loads((settings.landing_path() / gen.MANIFEST).read_text())
+
+
+def _bronze(spark, settings, max_files: int = 0):
+    return run_layers(
+        spark,
+        settings.with_overrides({"trigger.max_files_per_trigger": max_files}),
+        ["bronze"],
+        out=io.StringIO(),
+    )
+
+
+def _assert_books_balance(store, manifest: dict) -> None:
+    """bronze rows + quarantine rows = landing lines, per source and per reason, exactly."""
+    quarantine = store.read(QUARANTINE_TABLE)
+    for source in SOURCES:
+        totals = manifest["totals"][source]
+        assert store.read(f"bronze.{source}").count() == totals["bronze_rows"], source
+        found = {
+            r["reason"]: r["count"]
+            for r in quarantine.where(F.col("source") == source).groupBy("reason").count().collect()
+        }
+        assert found == {k: v for k, v in totals["quarantine"].items() if v}, source
+        assert totals["bronze_rows"] + sum(totals["quarantine"].values()) == totals["lines"]
+    rescued = store.read("bronze.events").where(F.col("_rescued_data").isNotNull()).count()
+    assert rescued == manifest["totals"]["events"]["faults"]["unknown_field"]
+
+
+def test_generated_lines_are_all_accounted_for(spark, settings, store):
+    manifest = _generate(spark, settings)
+    reports = _bronze(spark, settings, max_files=3)
+    _assert_books_balance(store, manifest)
+    lines = {r.flow: r.input_rows for r in reports}
+    assert lines == {f"bronze.{s}": manifest["totals"][s]["lines"] for s in SOURCES}
+    files = {
+        r["_source_file"].rsplit("/", 1)[1]
+        for name in [*(f"bronze.{s}" for s in SOURCES), QUARANTINE_TABLE]
+        for r in store.read(name).select("_source_file").distinct().collect()
+    }
+    landed = {p.name for s in SOURCES for p in settings.landing_path(s).glob("*.json")}
+    assert files == landed
+
+
+def _write_landing(settings, source: str, name: str, lines: list[str]) -> None:
+    folder = settings.landing_path(source)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text("\n".join(lines) + "\n")
+
+
+def _event(event_id: str, **fields) -> dict:
+    return {
+        "event_id": event_id,
+        "user_id": 1,
+        "event_type": "page_view",
+        "page": "/",
+        "event_time": T0,
+        **fields,
+    }
+
+
+def test_each_malformed_kind_gives_a_quarantine_row(spark, settings, store):
+    good = json.dumps(_event("e1"))
+    lines = {
+        "empty": "",
+        "blank": "   ",
+        "cut": good[:30],
+        "array": "[1, 2, 3]",
+        "no_id": json.dumps({k: v for k, v in _event("x").items() if k != "event_id"}),
+        "null_user": json.dumps(_event("e5", user_id=None)),
+        "text_user": json.dumps(_event("e6", user_id="abc")),
+        "bad_time": json.dumps(_event("e7", event_time="not-a-time")),
+        "float_user": json.dumps(_event("e8", user_id=3.7)),
+    }
+    _write_landing(settings, "events", "events-000000.json", [good, *lines.values()])
+    for source in ("impressions", "clicks"):
+        settings.landing_path(source).mkdir(parents=True)
+    _bronze(spark, settings)
+    got = store.read(QUARANTINE_TABLE).select("source", "raw", "reason", "detail")
+    expected = [
+        ("events", lines["empty"], "empty_line", "blank line"),
+        ("events", lines["blank"], "empty_line", "blank line"),
+        ("events", lines["cut"], "malformed_json", "not a JSON object"),
+        ("events", lines["array"], "malformed_json", "not a JSON object"),
+        ("events", lines["no_id"], "missing_field", "missing: event_id"),
+        ("events", lines["null_user"], "missing_field", "missing: user_id"),
+        ("events", lines["text_user"], "wrong_type", "wrong type: user_id"),
+        ("events", lines["bad_time"], "wrong_type", "wrong type: event_time"),
+        ("events", lines["float_user"], "wrong_type", "wrong type: user_id"),
+    ]
+    assertDataFrameEqual(got, [Row(source=a, raw=b, reason=c, detail=d) for a, b, c, d in expected])
+    assertDataFrameEqual(
+        store.read("bronze.events").select("event_id", "user_id", "_rescued_data"),
+        [Row(event_id="e1", user_id=1, _rescued_data=None)],
+    )
+
+
+def test_unknown_and_mistyped_fields_are_rescued_and_the_row_kept(spark, settings, store):
+    lines = [
+        json.dumps(_event("e1", coupon_code="SAVE10")),
+        json.dumps(_event("e2", event_type="purchase", amount="12.x")),
+        json.dumps(_event("e3", experiment={"id": 7, "arm": "B"}, amount=4.5)),
+        '{"event_id":"e4","user_id":4,"event_time":"2026-01-05T08:00:00Z","user_id":5}',
+    ]
+    _write_landing(settings, "events", "events-000000.json", lines)
+    for source in ("impressions", "clicks"):
+        settings.landing_path(source).mkdir(parents=True)
+    _bronze(spark, settings)
+    got = store.read("bronze.events").select("event_id", "user_id", "amount", "_rescued_data")
+    assertDataFrameEqual(
+        got,
+        [
+            Row(event_id="e1", user_id=1, amount=None, _rescued_data='{"coupon_code":"SAVE10"}'),
+            Row(event_id="e2", user_id=1, amount=None, _rescued_data='{"amount":"12.x"}'),
+            Row(
+                event_id="e3",
+                user_id=1,
+                amount=4.5,
+                _rescued_data='{"experiment":"{\\"id\\":7,\\"arm\\":\\"B\\"}"}',
+            ),
+            # a repeated key: the first value is used and nothing is rescued
+            Row(event_id="e4", user_id=4, amount=None, _rescued_data=None),
+        ],
+    )
+    row = store.read("bronze.events").where("event_id = 'e1'").first()
+    assert row["_source_file"].endswith("/landing/events/events-000000.json")
+    assert row["_ingested_at"] is not None
+    assert store.read(QUARANTINE_TABLE).count() == 0
+
+
+def test_rerun_adds_only_the_new_lines(spark, settings, store):
+    first = _generate(spark, settings, events=600)
+    _bronze(spark, settings)
+    _assert_books_balance(store, first)
+    versions = {s: latest_version(store.path(f"bronze.{s}")) for s in SOURCES}
+    again = _bronze(spark, settings)
+    assert [r.input_rows for r in again] == [0, 0, 0]  # nothing new: nothing read or committed
+    assert {s: latest_version(store.path(f"bronze.{s}")) for s in SOURCES} == versions
+
+    second = _generate(spark, settings, events=600, start="2026-01-05T10:00:00Z")
+    reports = _bronze(spark, settings)
+    _assert_books_balance(store, second)
+    new_lines = {s: second["runs"][1]["sources"][s]["lines"] for s in SOURCES}
+    assert {r.flow: r.input_rows for r in reports} == {
+        f"bronze.{s}": n for s, n in new_lines.items()
+    }
+
+
+def test_crash_between_the_two_tables_writes_each_once(spark, settings, store, monkeypatch):
+    """The batch reached bronze.events, then the job died before bronze.quarantine: the rerun
+    replays the batch, bronze.events skips it (its app transaction is recorded), the quarantine
+    gets it, and the books balance."""
+    manifest = _generate(spark, settings, events=600)
+    monkeypatch.setenv(FAILPOINT_ENV, "after-write:bronze.events")
+    with pytest.raises(FlowFailed, match="flow bronze.events failed: .*failpoint"):
+        _bronze(spark, settings, max_files=2)
+    written = store.read("bronze.events").count()
+    assert 0 < written < manifest["totals"]["events"]["bronze_rows"]
+    assert store.read(QUARANTINE_TABLE).where("source = 'events'").count() == 0
+    monkeypatch.delenv(FAILPOINT_ENV)
+    _bronze(spark, settings, max_files=2)
+    _assert_books_balance(store, manifest)
+
+
+def test_kill_9_in_the_middle_of_spark_submit_then_rerun(spark, settings, store):
+    """``spark-submit jobs/bronze.py`` killed with SIGKILL while micro-batches are in flight;
+    the rerun finishes the work with no duplicate and no gap."""
+    manifest = _generate(spark, settings, events=1500, file_minutes=5.0)
+    submit = Path(sys.executable).with_name("spark-submit")
+    command = [
+        str(submit),
+        str(REPO / "jobs" / "bronze.py"),
+        "--root",
+        str(settings.root),
+        "--profile",
+        "test",
+        "--max-files-per-trigger",
+        "1",
+    ]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    offsets = settings.checkpoint_path("bronze", "events") / "offsets"
+    with subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    ) as job:
+        deadline = time.monotonic() + 180
+        while not (offsets / "4").exists():  # the fifth micro-batch is planned: kill now
+            assert job.poll() is None, "the job ended before it could be killed"
+            assert time.monotonic() < deadline, "no fifth micro-batch within 3 minutes"
+            time.sleep(0.05)
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    partial = store.read("bronze.events").count()
+    assert partial < manifest["totals"]["events"]["bronze_rows"]
+    _bronze(spark, settings, max_files=1)
+    _assert_books_balance(store, manifest)
+
+
+def test_spark_submit_job_runs_the_layer(settings, tmp_path):
+    """The shim under spark-submit, with a one-line error and exit code 2 on a missing input."""
+    submit = Path(sys.executable).with_name("spark-submit")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    result = subprocess.run(
+        [
+            str(submit),
+            str(REPO / "jobs" / "bronze.py"),
+            "--root",
+            str(tmp_path / "nowhere"),
+            "--profile",
+            "test",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    # spark-submit hands the Python driver's stderr to its own stdout
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-2000:]
+    assert "lakehouse: error: landing folder" in output
+    assert "does not exist; check --root or run `lakehouse generate`" in output
+
+
+def test_run_a_layer_without_flows_gets_one_line(tmp_path, capsys):
+    from lakehouse.cli import main
+
+    assert main(["run", "--layer", "silver", "--root", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "lakehouse: error: the silver layer declares no flows yet\n"
