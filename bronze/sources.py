@@ -132,16 +132,24 @@ def parse_lines(lines: DataFrame, source: str) -> DataFrame:
     missing = [~present[name] for name in required]
     wrong = [mistyped[name] for name in required if name in mistyped]
     wrong_all = list(mistyped.values())
-    blank = F.trim("value") == ""
+    blank = F.col("value").rlike(r"^\s*$")
+    # Spark's JSON parser stops after the first value: text after the object (or a second
+    # object, from a producer that forgot a newline) must not pass for a good line.
+    trailing = ~F.rtrim("value").endswith("}") | (
+        F.col("value").rlike(r"\}\s*\{")
+        & F.from_json(F.concat(F.lit("["), "value", F.lit("]")), "array<string>").isNull()
+    )
+    not_object = raw.isNull() | trailing
     reason = (
         F.when(blank, "empty_line")
-        .when(raw.isNull(), "malformed_json")
+        .when(not_object, "malformed_json")
         .when(_any(missing), "missing_field")
         .when(_any(wrong), "wrong_type")
     )
     detail = (
         F.when(blank, F.lit("blank line"))
         .when(raw.isNull(), F.lit("not a JSON object"))
+        .when(trailing, F.lit("text after the JSON object"))
         .when(_any(missing), F.concat(F.lit("missing: "), _named(required, missing)))
         .when(_any(wrong), F.concat(F.lit("wrong type: "), _named(list(mistyped), wrong_all)))
     )

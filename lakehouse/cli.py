@@ -167,7 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from lakehouse.demo import run_demo
 
-    return run_demo(settings_from_args(args))
+    return run_demo(settings_from_args(args), events=args.events)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -192,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--table", action="append", help="only this table (layer.table; repeatable)")
     p.set_defaults(func=cmd_maintain)
+    from lakehouse.generate import DEFAULT_START as gen_default_start
+
     defaults = GenerateParams()
     p = sub.add_parser(
         "generate",
@@ -208,7 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=defaults.seed, help="default %(default)s")
     p.add_argument(
-        "--start", default=defaults.start, help="first event time, ISO-8601 (default %(default)s)"
+        "--start",
+        help=f"first event time, ISO-8601 (default {gen_default_start}, or the hour after the "
+        "last run in this lake)",
     )
     p.add_argument(
         "--hours",
@@ -279,6 +283,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("demo", parents=[common], help="run the end-to-end demo on a small lake")
+    p.add_argument(
+        "--events",
+        type=_non_negative_int,
+        default=100_000,
+        help="events to generate when the lake has no landing data (default %(default)s)",
+    )
     p.set_defaults(func=cmd_demo)
     return parser
 

@@ -37,9 +37,11 @@ def _demo(spark, store, settings: Settings, events: int) -> int:
     quarantine = store.read(QUARANTINE_TABLE)
     print()
     print(f"{'source':12} {'landing lines':>14} {'bronze rows':>12} {'quarantined':>12}")
+    balanced = True
     for source in SOURCES:
         rows = store.read(f"bronze.{source}").count()
         bad = quarantine.where(F.col("source") == source).count()
+        balanced &= rows + bad == totals[source]["lines"]
         print(f"{source:12} {totals[source]['lines']:>14,} {rows:>12,} {bad:>12,}")
     print()
     print(f"{QUARANTINE_TABLE} by reason (expected from the manifest in brackets):")
@@ -49,10 +51,19 @@ def _demo(spark, store, settings: Settings, events: int) -> int:
     }
     for source in SOURCES:
         for reason, expected in totals[source]["quarantine"].items():
-            print(f"  {source:12} {reason:16} {found.get((source, reason), 0):>7,} [{expected:,}]")
+            got = found.get((source, reason), 0)
+            balanced &= got == expected
+            print(f"  {source:12} {reason:16} {got:>7,} [{expected:,}]")
     print()
     print("a few quarantined lines:")
-    quarantine.select("source", "reason", "detail", F.substring("raw", 1, 60).alias("raw")).orderBy(
-        "source", "reason"
-    ).dropDuplicates(["source", "reason"]).show(truncate=False)
+    (
+        quarantine.select("source", "reason", "detail", F.substring("raw", 1, 60).alias("raw"))
+        .dropDuplicates(["source", "reason"])
+        .orderBy("source", "reason")
+        .show(truncate=False)
+    )
+    if not balanced:
+        print("the books do not balance: some landing lines are not where the manifest says")
+        return 1
+    print("every landing line is in bronze or in the quarantine, as the manifest says")
     return 0

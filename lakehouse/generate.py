@@ -22,7 +22,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -65,8 +67,6 @@ IMPRESSIONS_PER_EVENT = 0.4
 SPEC_PARTITIONS = 4  # fixed, so the same seed gives the same rows on any machine
 EVENTS_PER_SESSION = 20
 EVENTS_PER_USER = 100
-# a dbldatagen column drawn uniformly from [0, 1) (its default step of 1 would give only 0 and 1)
-UNIFORM = {"minValue": 0.0, "maxValue": 1.0, "step": 1e-9, "random": True, "omit": True}
 
 
 class GenerateError(ValueError):
@@ -79,7 +79,7 @@ class GenerateParams:
 
     events: int = 100_000
     seed: int = 42
-    start: str = DEFAULT_START
+    start: str | None = None  # None: DEFAULT_START, or after the previous run of the lake
     hours: float = 6.0  # span of session starts; events of the last sessions run up to 1 h later
     file_minutes: float = 5.0  # arrival time covered by one landing file
     users: int = 0  # 0: one user per 100 events (at least 50)
@@ -96,6 +96,15 @@ class GenerateParams:
     )
 
     def validate(self) -> GenerateParams:
+        if self.seed < 0:
+            raise GenerateError(f"--seed must be 0 or more; got {self.seed}")
+        for name in ("hours", "file_minutes"):
+            if not math.isfinite(getattr(self, name)):
+                raise GenerateError(f"--{name.replace('_', '-')} must be a finite number")
+        if self.file_minutes * 60_000 < 1000:
+            raise GenerateError(
+                f"--file-minutes must cover at least a second; got {self.file_minutes}"
+            )
         if self.events < 0:
             raise GenerateError(f"--events must be 0 or more; got {self.events}")
         if self.users < 0:
@@ -114,12 +123,13 @@ class GenerateParams:
                 "--disorder-fraction + --late-fraction + --malformed-fraction must stay below 1 "
                 f"(each record gets at most one of them); got {total:g}"
             )
-        parse_start(self.start)
+        if self.start is not None:
+            parse_start(self.start)
         return self
 
     @property
     def start_ms(self) -> int:
-        return int(parse_start(self.start).timestamp() * 1000)
+        return int(parse_start(self.start or DEFAULT_START).timestamp() * 1000)
 
     @property
     def user_count(self) -> int:
@@ -147,6 +157,17 @@ def params_from_settings(settings: Settings, **kwargs: Any) -> GenerateParams:
 
 # --------------------------------------------------------------------------------------------
 # dbldatagen specs
+
+
+def _rand(seed: int, k: int) -> str:
+    """A uniform draw in [0, 1) from its own seeded stream. (dbldatagen's own random columns
+    seed themselves from the column name, not from ``randomSeed``, so every ``--seed`` would
+    give the same draws; Spark's ``rand(seed)`` per partition is deterministic instead.)"""
+    return f"rand({(seed * 1009 + k) % (2**62)})"
+
+
+def _uniform(name: str, seed: int, k: int) -> dict[str, Any]:
+    return {"colName": name, "colType": "double", "expr": _rand(seed, k), "omit": True}
 
 
 def _unit(column: str, salt: int) -> str:
@@ -183,7 +204,12 @@ def events_spec(
             randomSeed=seed,
             randomSeedMethod="hash_fieldname",
         )
-        .withColumn("session", "long", minValue=0, maxValue=sessions - 1, random=True, omit=True)
+        .withColumn(
+            "session",
+            "long",
+            omit=True,
+            expr=f"cast(floor({_rand(seed, 1)} * {sessions}) as bigint)",
+        )
         # a few heavy users: user 1 owns ~1/sqrt(users) of the sessions
         .withColumn(
             "user_id",
@@ -191,7 +217,7 @@ def events_spec(
             baseColumn="session",
             expr=f"1 + cast(floor({users} * pow({_unit('session', seed)}, 2)) as bigint)",
         )
-        .withColumn("offset", "double", **UNIFORM)
+        .withColumn(**_uniform("offset", seed, 2))
         .withColumn(
             "event_time",
             "timestamp",
@@ -203,14 +229,17 @@ def events_spec(
                 ")) as bigint))"
             ),
         )
+        .withColumn(**_uniform("type_pick", seed, 3))
         .withColumn(
             "event_type",
             "string",
-            values=["page_view", "search", "add_to_cart", "purchase"],
-            weights=[62, 20, 12, 6],
-            random=True,
+            baseColumn="type_pick",
+            expr=(
+                "CASE WHEN type_pick < 0.62 THEN 'page_view' WHEN type_pick < 0.82 THEN 'search'"
+                " WHEN type_pick < 0.94 THEN 'add_to_cart' ELSE 'purchase' END"
+            ),
         )
-        .withColumn("page_pick", "double", **UNIFORM)
+        .withColumn(**_uniform("page_pick", seed, 4))
         .withColumn(
             "page",
             "string",
@@ -230,7 +259,7 @@ def events_spec(
             baseColumn="event_type",
             expr=(
                 f"CASE WHEN event_type = 'purchase' THEN "
-                f"round(least(5000, exp(3.2 + 0.9 * randn({seed + 3}))), 2) END"
+                f"round(least(5000, exp(3.2 + 0.9 * randn({(seed * 1009 + 5) % (2**62)}))), 2) END"
             ),
         )
         .withColumn(
@@ -280,7 +309,7 @@ def impressions_spec(
             randomSeedMethod="hash_fieldname",
         )
         .withColumn("impression_id", "string", baseColumn="id", expr=f"md5(concat('i:{tag}:', id))")
-        .withColumn("ad_pick", "double", **UNIFORM)
+        .withColumn(**_uniform("ad_pick", seed, 11))
         .withColumn(
             "ad_id",
             "long",
@@ -288,29 +317,29 @@ def impressions_spec(
             expr=f"1 + cast(floor({ads} * pow(ad_pick, 1.6)) as bigint)",
         )
         .withColumn("campaign_id", "long", baseColumn="ad_id", expr="1 + (ad_id - 1) div 5")
-        .withColumn("user_pick", "double", **UNIFORM)
+        .withColumn(**_uniform("user_pick", seed, 12))
         .withColumn(
             "user_id",
             "long",
             baseColumn="user_pick",
             expr=f"1 + cast(floor({users} * pow(user_pick, 2)) as bigint)",
         )
-        .withColumn("time_pick", "double", **UNIFORM)
+        .withColumn(**_uniform("time_pick", seed, 13))
         .withColumn(
             "impression_time",
             "timestamp",
             baseColumn="time_pick",
             expr=f"timestamp_millis(cast({start_ms} + round(time_pick * {span_s * 1000}) as bigint))",
         )
-        .withColumn("click_pick", "double", **UNIFORM)
+        .withColumn(**_uniform("click_pick", seed, 14))
         .withColumn(
             "clicked",
             "boolean",
             baseColumn=["click_pick", "ad_id"],
             expr=f"click_pick < 0.01 + 0.05 * {_unit('ad_id', seed + 8)}",
         )
-        .withColumn("delay_pick", "double", **UNIFORM)
-        .withColumn("late_pick", "double", **UNIFORM)
+        .withColumn(**_uniform("delay_pick", seed, 15))
+        .withColumn(**_uniform("late_pick", seed, 16))
         # milliseconds from impression to click: up to the 1-hour bound, or 5% beyond it
         .withColumn(
             "click_delay_ms",
@@ -584,10 +613,26 @@ class Landing:
             ) from None
 
     def next_sequence(self, source: str) -> int:
-        names = sorted(p.name for p in (self.dir / source).glob(f"{source}-*.json"))
-        if not names:
-            return 0
-        return int(names[-1][len(source) + 1 : -len(".json")]) + 1
+        pattern = re.compile(rf"^{source}-(\d+)\.json$")
+        numbers = [
+            int(m.group(1)) for p in (self.dir / source).iterdir() if (m := pattern.match(p.name))
+        ]
+        return max(numbers, default=-1) + 1
+
+    def next_start(self) -> str:
+        """Where a new run starts when no --start is given: the first file slice after
+        everything earlier runs wrote arrives, so lexical order stays arrival order."""
+        last = [
+            src["last_arrival"]
+            for run in self.manifest["runs"]
+            for src in run["sources"].values()
+            if src.get("last_arrival")
+        ]
+        if not last:
+            return DEFAULT_START
+        latest = max(parse_start(t) for t in last)
+        nxt = latest.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
+        return nxt.isoformat().replace("+00:00", "Z")
 
     def write_file(self, source: str, seq: int, landed: Landed) -> str:
         """Write one file atomically (Spark ignores names starting with '.' until the rename)."""
@@ -653,10 +698,13 @@ def generate(
     """Generate one batch of landing files for every source; return this run's manifest entry."""
     params = params.validate()
     landing = Landing(root)
+    if params.start is None:
+        params = dataclasses.replace(params, start=landing.next_start())
     run = _run_number(landing)
     make_progress = progress or (lambda label: Progress(label))
     started = time.monotonic()
     build = make_progress("building records with dbldatagen")
+    build.note(f"{params.events:,} events and their impressions and clicks ...")
     records = source_records(
         spark,
         params.events,
@@ -670,9 +718,11 @@ def generate(
     entry: dict[str, Any] = {
         "run": run,
         "mode": "batch",
+        "complete": False,  # until every file is written: a crash leaves this visible
         "params": dataclasses.asdict(params),
         "sources": {},
     }
+    landing.record_run(entry)
     for source in SOURCES:
         event_ms, lines = records[source]
         landed = inject_faults(source, event_ms, lines, params, _rng(params.seed, run, source))
@@ -685,6 +735,8 @@ def generate(
             bar.update(i + 1, len(slices))
         bar.done(f"{tally.lines:,} lines in {len(slices)} files")
         entry["sources"][source] = tally.summary()
+        landing.record_run(entry)
+    entry["complete"] = True
     landing.record_run(entry)
     make_progress(f"run {run}").done(f"generated in {time.monotonic() - started:.1f} s")
     return entry
@@ -707,8 +759,8 @@ def follow(
     after their impression) wait for the tick that reaches their arrival time; when the loop
     stops, the waiting lines are written in one last file so the manifest accounts for them."""
     params = params.validate()
-    if rate <= 0 or interval_s <= 0:
-        raise GenerateError("--rate and --interval must be more than 0")
+    if not (0 < rate < math.inf and 0 < interval_s < math.inf):
+        raise GenerateError("--rate and --interval must be finite numbers more than 0")
     landing = Landing(root)
     run = _run_number(landing)
     users = params.users or max(50, int(rate * 3600) // EVENTS_PER_USER)
@@ -717,11 +769,13 @@ def follow(
     entry: dict[str, Any] = {
         "run": run,
         "mode": "follow",
+        "complete": False,
         "rate": rate,
         "interval": interval_s,
         "params": dataclasses.asdict(params),
         "sources": {},
     }
+    landing.record_run(entry)
     window_start = int(time.time() * 1000)
     tick = 0
 
@@ -768,5 +822,6 @@ def follow(
             window_start = now
     except KeyboardInterrupt:
         print("stopping: writing the lines still waiting for their arrival time", file=out)
+    entry["complete"] = True
     emit(None)
     return entry

@@ -7,6 +7,8 @@ micro-batch between writing its files and committing them.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +54,10 @@ def maintain_table(name: str, path: Path, settings: Settings) -> MaintenanceRepo
         dry_run=False,
         # a retention under delta's 7-day floor is an explicit choice in the settings
         enforce_retention_duration=retention >= 168,
+        # also files no commit ever referenced: a write that crashed before its commit
+        full=True,
     )
+    _remove_empty_folders(path)
     table = dfiles.open_table(path)
     return MaintenanceReport(
         table=name,
@@ -63,6 +68,14 @@ def maintain_table(name: str, path: Path, settings: Settings) -> MaintenanceRepo
         files_compacted=int(compacted.get("numFilesRemoved", 0)),
         files_vacuumed=len(vacuumed),
     )
+
+
+def _remove_empty_folders(root: Path) -> None:
+    """Folders emptied by the vacuum (a crashed write's staging folder, an old partition)."""
+    for folder, _dirs, _files in os.walk(root, topdown=False):
+        if Path(folder) != Path(root) and "_delta_log" not in Path(folder).parts:
+            with contextlib.suppress(OSError):  # not empty: keep it
+                os.rmdir(folder)
 
 
 def maintain(settings: Settings, tables: list[str] | None = None) -> list[MaintenanceReport]:

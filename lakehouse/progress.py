@@ -30,6 +30,12 @@ class Progress:
         self.stream.write(f"\r{self.label}: [{bar}] {done}/{total} {now - self.started:5.1f}s")
         self.stream.flush()
 
+    def note(self, message: str) -> None:
+        """Say what is under way (a terminal only), until the next update or done."""
+        if self.live:
+            self.stream.write(f"\r{self.label}: {message}")
+            self.stream.flush()
+
     def done(self, message: str) -> None:
         end = "\r\033[K" if self.live else ""
         self.stream.write(f"{end}{self.label}: {message}\n")

@@ -127,7 +127,9 @@ def read_input(
             raise MissingInput(
                 f"landing folder {path} does not exist; check --root or run `lakehouse generate`"
             )
-        reader = spark.readStream.format("text")
+        # every file counts however old its modification time (a backfill copied with its
+        # original times would otherwise be skipped past the default age of 7 days)
+        reader = spark.readStream.format("text").option("maxFileAge", "36500d")
         if max_files:
             reader = reader.option("maxFilesPerTrigger", max_files)
         return reader.load(str(path.absolute())).select(
@@ -168,7 +170,7 @@ def start_flow(
             query_name=flow.name,
             options=options,
         )
-    routes = [(o.table, o.rows or (lambda df: df)) for o in flow.outputs]
+    routes = [(o.table, o.rows or (lambda df: df), o.partition_by) for o in flow.outputs]
     return store.write_stream_routed(
         result, routes, checkpoint, trigger=trigger, query_name=flow.name
     )

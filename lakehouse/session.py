@@ -39,8 +39,11 @@ def session_conf(settings: Settings) -> dict[str, str]:
         # embedded reader can prune files by partition values and statistics when it is on.
         "spark.sql.python.filterPushdown.enabled": "false",
         # A JSON line with a repeated key must not fail a whole micro-batch with a duplicate
-        # map key error when its fields are handled as a map.
+        # map key error in map functions (bronze reads the first value of a repeated key).
         "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+        # Micro-batches cached for a moment (a flow writing several tables) are read back at
+        # once: compressing the cache costs more time than the memory it saves.
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
         # the runner's per-flow report reads the progress of every micro-batch of a run
         "spark.sql.streaming.numRecentProgressUpdates": "10000",
         # Delta wants INT64 microsecond timestamps in Parquet, not Spark's default INT96

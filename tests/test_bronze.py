@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import os
@@ -84,6 +85,41 @@ def test_generated_lines_are_all_accounted_for(spark, settings, store):
     assert files == landed
 
 
+def test_bronze_rows_equal_the_well_formed_landing_lines(spark, settings, store):
+    """Every kept line, typed: the rows of bronze.events are exactly the well-formed landing
+    lines read independently with the json module (resent copies included)."""
+    _generate(spark, settings, events=800)
+    expected = []
+    for path in sorted(settings.landing_path("events").glob("*.json")):
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+                time_ = dt.datetime.fromisoformat(record["event_time"].replace("Z", "+00:00"))
+            except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
+                continue
+            if record.get("event_id") is None or type(record.get("user_id")) is not int:
+                continue
+            expected.append(
+                Row(
+                    event_id=record["event_id"],
+                    user_id=record["user_id"],
+                    event_type=record.get("event_type"),
+                    page=record.get("page"),
+                    amount=record.get("amount"),
+                    event_time=time_.replace(tzinfo=None),
+                    device=record.get("device"),
+                    country=record.get("country"),
+                    _source_file=path.name,
+                )
+            )
+    _bronze(spark, settings, max_files=4)
+    got = store.read("bronze.events").select(
+        *[c for c in expected[0].asDict() if c != "_source_file"],
+        F.element_at(F.split("_source_file", "/"), -1).alias("_source_file"),
+    )
+    assertDataFrameEqual(got, expected)
+
+
 def _write_landing(settings, source: str, name: str, lines: list[str]) -> None:
     folder = settings.landing_path(source)
     folder.mkdir(parents=True, exist_ok=True)
@@ -113,8 +149,12 @@ def test_each_malformed_kind_gives_a_quarantine_row(spark, settings, store):
         "text_user": json.dumps(_event("e6", user_id="abc")),
         "bad_time": json.dumps(_event("e7", event_time="not-a-time")),
         "float_user": json.dumps(_event("e8", user_id=3.7)),
+        "tab": "\t",
+        "trailing": json.dumps(_event("e9")) + " junk",
+        "two_objects": json.dumps(_event("e10")) + json.dumps(_event("e11")),
     }
-    _write_landing(settings, "events", "events-000000.json", [good, *lines.values()])
+    braces = json.dumps(_event("e12", page="/search?q=}{"))
+    _write_landing(settings, "events", "events-000000.json", [good, *lines.values(), braces])
     for source in ("impressions", "clicks"):
         settings.landing_path(source).mkdir(parents=True)
     _bronze(spark, settings)
@@ -129,11 +169,17 @@ def test_each_malformed_kind_gives_a_quarantine_row(spark, settings, store):
         ("events", lines["text_user"], "wrong_type", "wrong type: user_id"),
         ("events", lines["bad_time"], "wrong_type", "wrong type: event_time"),
         ("events", lines["float_user"], "wrong_type", "wrong type: user_id"),
+        ("events", lines["tab"], "empty_line", "blank line"),
+        ("events", lines["trailing"], "malformed_json", "text after the JSON object"),
+        ("events", lines["two_objects"], "malformed_json", "text after the JSON object"),
     ]
     assertDataFrameEqual(got, [Row(source=a, raw=b, reason=c, detail=d) for a, b, c, d in expected])
     assertDataFrameEqual(
         store.read("bronze.events").select("event_id", "user_id", "_rescued_data"),
-        [Row(event_id="e1", user_id=1, _rescued_data=None)],
+        [
+            Row(event_id="e1", user_id=1, _rescued_data=None),
+            Row(event_id="e12", user_id=1, _rescued_data=None),
+        ],
     )
 
 
@@ -188,16 +234,25 @@ def test_rerun_adds_only_the_new_lines(spark, settings, store):
     }
 
 
-def test_crash_between_the_two_tables_writes_each_once(spark, settings, store, monkeypatch):
-    """The batch reached bronze.events, then the job died before bronze.quarantine: the rerun
-    replays the batch, bronze.events skips it (its app transaction is recorded), the quarantine
-    gets it, and the books balance."""
+@pytest.mark.parametrize(
+    "point",
+    [
+        "after-write:bronze.events",  # bronze.events has the batch, the quarantine does not
+        "before-commit:bronze.events",  # files written, not committed: a crash mid-commit
+        "before-commit:bronze.quarantine",
+    ],
+)
+def test_crash_inside_a_micro_batch_then_rerun_writes_each_row_once(
+    spark, settings, store, monkeypatch, point
+):
+    """The job dies inside a micro-batch; the rerun replays it: a table that has the batch
+    skips it (its app transaction is recorded), the others get it, and the books balance."""
     manifest = _generate(spark, settings, events=600)
-    monkeypatch.setenv(FAILPOINT_ENV, "after-write:bronze.events")
-    with pytest.raises(FlowFailed, match="flow bronze.events failed: .*failpoint"):
+    monkeypatch.setenv(FAILPOINT_ENV, point)
+    with pytest.raises(FlowFailed, match=f"flow bronze.events failed: .*failpoint {point}"):
         _bronze(spark, settings, max_files=2)
-    written = store.read("bronze.events").count()
-    assert 0 < written < manifest["totals"]["events"]["bronze_rows"]
+    events_written = store.read("bronze.events").count()
+    assert (events_written > 0) == (point != "before-commit:bronze.events")
     assert store.read(QUARANTINE_TABLE).where("source = 'events'").count() == 0
     monkeypatch.delenv(FAILPOINT_ENV)
     _bronze(spark, settings, max_files=2)

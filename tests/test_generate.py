@@ -104,6 +104,18 @@ def test_same_seed_gives_byte_identical_files(spark, small_lake, tmp_path):
     gen.generate(spark, tmp_path / "other", _params(seed=7), progress=quiet)
     assert _files(tmp_path / "other") != _files(small_lake)
 
+    def draws(root):  # the random draws themselves change with the seed, not only the ids
+        return [
+            (r["user_id"], r["event_type"], r.get("page"))
+            for r in (
+                json.loads(line)
+                for _, line in _lines(root, "events")[:200]
+                if _classify("events", line) is None
+            )
+        ]
+
+    assert draws(tmp_path / "other") != draws(small_lake)
+
 
 def test_manifest_counts_every_line_and_fault(small_lake):
     manifest = json.loads((small_lake / "landing" / gen.MANIFEST).read_text())
@@ -214,11 +226,15 @@ def test_second_run_adds_files_after_the_first(spark, tmp_path):
     quiet = lambda label: Progress(label, io.StringIO())  # noqa: E731
     gen.generate(spark, tmp_path, _params(events=500), progress=quiet)
     first = sorted(p.name for p in (tmp_path / "landing" / "events").iterdir())
-    gen.generate(spark, tmp_path, _params(events=500, start="2026-01-05T09:00:00Z"), progress=quiet)
+    gen.generate(spark, tmp_path, _params(events=500), progress=quiet)  # no --start: after run 0
     both = sorted(p.name for p in (tmp_path / "landing" / "events").iterdir())
     assert both[: len(first)] == first and len(both) > len(first)
     manifest = json.loads((tmp_path / "landing" / gen.MANIFEST).read_text())
     assert [r["run"] for r in manifest["runs"]] == [0, 1]
+    assert all(r["complete"] for r in manifest["runs"])
+    first_end = max(s["last_arrival"] for s in manifest["runs"][0]["sources"].values())
+    second_start = manifest["runs"][1]["params"]["start"]
+    assert second_start > first_end and second_start.endswith(":00:00Z")
     assert manifest["totals"]["events"]["lines"] == sum(
         r["sources"]["events"]["lines"] for r in manifest["runs"]
     )
@@ -258,6 +274,9 @@ def test_follow_writes_small_files_with_current_times(spark, tmp_path):
         (["--duplicate-fraction", "x"], "expected a number in [0, 1); got 'x'"),
         (["--start", "yesterday"], "--start must be an ISO-8601 time"),
         (["--disorder-fraction", "0.6", "--late-fraction", "0.5"], "must stay below 1"),
+        (["--seed", "-1"], "--seed must be 0 or more; got -1"),
+        (["--hours", "inf"], "--hours must be a finite number"),
+        (["--file-minutes", "0.00001"], "--file-minutes must cover at least a second"),
     ],
 )
 def test_bad_arguments_get_one_line(args, message, tmp_path, capsys):

@@ -41,3 +41,17 @@ def test_maintain_unknown_table(settings, capsys):
 
     with pytest.raises(ValueError, match=r"no such table\(s\) gold.nope"):
         maintain(settings, ["gold.nope"])
+
+
+def test_maintain_removes_the_files_of_a_write_that_never_committed(spark, store, settings):
+    from lakehouse.storage.sparkfiles import write_parquet
+
+    df = spark.createDataFrame([(1, "a")], KV)
+    store.write(df, "bronze.crashy")
+    root = store.path("bronze.crashy")
+    orphans = write_parquet(df, str(root))  # files written, then the job died: no commit
+    assert (root / orphans[0].path).exists()
+    maintain(settings.with_overrides({"maintenance.vacuum_retention_hours": 0}))
+    assert not (root / orphans[0].path).exists()
+    assert not (root / orphans[0].path.split("/")[0]).exists()  # its folder too
+    assertDataFrameEqual(store.read("bronze.crashy"), df)

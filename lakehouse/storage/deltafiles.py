@@ -290,11 +290,17 @@ def _stat_value(value: Any, kind: str) -> Any:
         value = value.astimezone(dt.UTC)
         # Delta stats keep milliseconds: round the lower bound down and the upper bound up.
         micros = value.microsecond % 1000
-        if micros and kind == "max":
-            value = value + dt.timedelta(microseconds=1000 - micros)
-        else:
-            value = value - dt.timedelta(microseconds=micros)
-        return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+        try:
+            if micros and kind == "max":
+                value = value + dt.timedelta(microseconds=1000 - micros)
+            else:
+                value = value - dt.timedelta(microseconds=micros)
+        except OverflowError:
+            return None  # past year 9999: no bound (a missing bound only costs skipping)
+        return (
+            f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:"
+            f"{value.minute:02d}:{value.second:02d}.{value.microsecond // 1000:03d}Z"
+        )
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, float) and not math.isfinite(value):

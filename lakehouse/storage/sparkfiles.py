@@ -15,6 +15,7 @@ import shutil
 import urllib.parse
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -25,24 +26,39 @@ from lakehouse.storage import deltafiles as dfiles
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+# Folders Spark writes a batch into, under the table root; a folder whose files never made it
+# into the log (a crash before the commit) is removed by ``lakehouse maintain``.
+STAGING_PREFIX = "spark-"
+
 
 def write_parquet(
     df: DataFrame, root: str, partition_by: Sequence[str] = ()
 ) -> list[dfiles.AddedFile]:
     """Write ``df`` as Parquet files in a new folder under ``root``; return them ready to commit
     (relative paths, partition values, statistics from the footers). Empty files are dropped."""
-    folder = f"spark-{uuid.uuid4().hex}"
-    target = os.path.join(root, folder)
+    folder = f"{STAGING_PREFIX}{uuid.uuid4().hex}"
+    target = os.path.join(os.path.abspath(root), folder)
     writer = df.write.mode("errorifexists").format("parquet")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     try:
-        writer.save(target)
+        # an explicit file: URI, so a cluster's default file system cannot take the files
+        writer.save(Path(target).as_uri())
+        if not os.path.exists(os.path.join(target, "_SUCCESS")):
+            raise RuntimeError(
+                f"Spark reported writing {target} but the driver does not see it: the lake root "
+                "must be a file system shared by the driver and the executors"
+            )
+        return _collect(root, target, partition_by)
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
+
+
+def _collect(root: str, target: str, partition_by: Sequence[str]) -> list[dfiles.AddedFile]:
     files: list[dfiles.AddedFile] = []
-    for dirpath, _dirs, names in os.walk(target):
+    for dirpath, dirs, names in os.walk(target):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
         for name in sorted(names):
             full = os.path.join(dirpath, name)
             if name.startswith((".", "_")) or not name.endswith(".parquet"):
@@ -105,8 +121,7 @@ def footer_stats(meta: pq.FileMetaData) -> str:
         for rg in range(meta.num_row_groups):
             stats = meta.row_group(rg).column(col).statistics
             if stats is None or not stats.has_null_count:
-                null_count = None
-                bounded = False
+                null_count, bounded = None, False
                 break
             null_count += stats.null_count
             if not bounded:
@@ -115,13 +130,18 @@ def footer_stats(meta: pq.FileMetaData) -> str:
                 if stats.null_count < meta.row_group(rg).num_rows:
                     bounded = False  # values without bounds: no bound for the file
                 continue
-            lo = stats.min if lo is None else min(lo, stats.min)
-            hi = stats.max if hi is None else max(hi, stats.max)
+            try:
+                low_value, high_value = stats.min, stats.max
+            except (OverflowError, ValueError, UnicodeDecodeError):
+                bounded = False  # a bound Python cannot hold (year past 9999, not UTF-8)
+                continue
+            lo = low_value if lo is None else min(lo, low_value)
+            hi = high_value if hi is None else max(hi, high_value)
         if null_count is not None:
             _put(nulls, parts, null_count)
         if bounded and lo is not None:
-            low = dfiles._stat_value(_as_python(lo, arrow_type), "min")
-            high = dfiles._stat_value(_as_python(hi, arrow_type), "max")
+            low = _bound(lo, arrow_type, "min")
+            high = _bound(hi, arrow_type, "max")
             if low is not None:
                 _put(mins, parts, low)
             if high is not None:
@@ -157,11 +177,19 @@ def _bounded(t: pa.DataType) -> bool:
     )
 
 
-def _as_python(value: Any, t: pa.DataType) -> Any:
-    """Footer bounds come as Python values already; strings may come as bytes."""
-    if isinstance(value, bytes) and (pa.types.is_string(t) or pa.types.is_large_string(t)):
-        return value.decode("utf-8", errors="replace")
-    return value
+def _bound(value: Any, t: pa.DataType, kind: str) -> Any:
+    """A footer bound as a Delta statistic, or None when it cannot be one exactly."""
+    if isinstance(value, bytes):
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+            return None
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    try:
+        return dfiles._stat_value(value, kind)
+    except (OverflowError, ValueError):
+        return None
 
 
 def _put(target: dict, parts: list[str], value: Any) -> None:

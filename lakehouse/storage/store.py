@@ -151,16 +151,16 @@ class TableStore(ABC):
     def write_stream_routed(
         self,
         df: DataFrame,
-        routes: Sequence[tuple[str, Callable[[DataFrame], DataFrame]]],
+        routes: Sequence[tuple[str, Callable[[DataFrame], DataFrame], Sequence[str]]],
         checkpoint: str | Path,
         *,
         trigger: dict[str, Any] | None = None,
         query_name: str | None = None,
     ) -> StreamingQuery:
         """Start a streaming query appending each micro-batch to several tables: table ``name``
-        gets ``rows(batch)``. Each table records the batch in its own app transaction, so after
+        gets ``rows(batch)`` (partitioned by the route's columns). Each table records the batch in its own app transaction, so after
         a crash between two tables the replayed batch only writes the tables that missed it."""
-        for name, _ in routes:
+        for name, _rows, _partition_by in routes:
             split_table_name(name)
         app_ids: list[str] = []
 
@@ -169,8 +169,10 @@ class TableStore(ABC):
                 app_ids.append(dfiles.app_id_for_checkpoint(checkpoint))
             batch = batch.persist()  # each table's rows come from one evaluation of the batch
             try:
-                for name, rows in routes:
-                    self.write(rows(batch), name, txn=(app_ids[0], batch_id))
+                for name, rows, partition_by in routes:
+                    self.write(
+                        rows(batch), name, partition_by=partition_by, txn=(app_ids[0], batch_id)
+                    )
                     failpoint(f"after-write:{name}")
             finally:
                 batch.unpersist()
@@ -239,6 +241,7 @@ class EmbeddedStore(TableStore):
         files = write_parquet(df, root, partition_by)
         if not files and mode == "append" and dfiles.is_delta_table(root):
             return  # nothing to add; an empty commit would only lengthen the log
+        failpoint(f"before-commit:{name}")
         try:
             dfiles.commit_files(
                 root,
@@ -251,7 +254,7 @@ class EmbeddedStore(TableStore):
                 operation="STREAMING UPDATE" if txn else "WRITE",
             )
         except BaseException:
-            dfiles.delete_files(root, [f.path for f in files])
+            _remove_uncommitted(root, files, txn)
             raise
 
     def create(self, name: str, schema: StructType, partition_by: Sequence[str] = ()) -> bool:
@@ -374,6 +377,23 @@ class NativeStore(TableStore):
         finally:
             spark.conf.unset("spark.databricks.delta.write.txnAppId")
             spark.conf.unset("spark.databricks.delta.write.txnVersion")
+
+
+def _remove_uncommitted(root: str, files: Sequence[dfiles.AddedFile], txn) -> None:
+    """After a failed commit, delete the batch's files unless the commit did land (an error
+    can come after the log entry was written): then they belong to the table."""
+    try:
+        table = dfiles.open_table(root) if dfiles.is_delta_table(root) else None
+        if table is not None:
+            if txn and dfiles.already_committed(table, *txn):
+                return
+            committed = {f.path for f in dfiles.snapshot_files(table)}
+            if any(f.path in committed for f in files):
+                return
+    except Exception:  # cannot tell: keep the files (vacuum removes them if unreferenced)
+        log.warning("could not check whether files of a failed commit to %s landed", root)
+        return
+    dfiles.delete_files(root, [f.path for f in files])
 
 
 def _stream_writer(
