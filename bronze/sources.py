@@ -132,13 +132,22 @@ def parse_lines(lines: DataFrame, source: str) -> DataFrame:
     missing = [~present[name] for name in required]
     wrong = [mistyped[name] for name in required if name in mistyped]
     wrong_all = list(mistyped.values())
-    blank = F.col("value").rlike(r"^\s*$")
+    value = F.col("value")
+    # (the checks are ordered so the common line pays only for cheap ones: CASE WHEN
+    # evaluates a branch only when its condition holds)
+    blank = F.when(raw.isNull(), value.rlike(r"^\s*$")).otherwise(F.lit(False))
     # Spark's JSON parser stops after the first value: text after the object (or a second
-    # object, from a producer that forgot a newline) must not pass for a good line.
-    trailing = ~F.rtrim("value").endswith("}") | (
-        F.col("value").rlike(r"\}\s*\{")
-        & F.from_json(F.concat(F.lit("["), "value", F.lit("]")), "array<string>").isNull()
-    )
+    # object, from a producer that forgot a newline) must not pass for a good line. A line
+    # whose first "}" is its last character has neither; the others get the full check.
+    inner_brace = F.instr(value, "}") < F.length(value)
+    trailing = F.when(
+        raw.isNotNull() & inner_brace,
+        ~F.rtrim(value).endswith("}")
+        | (
+            value.rlike(r"\}\s*\{")
+            & F.from_json(F.concat(F.lit("["), value, F.lit("]")), "array<string>").isNull()
+        ),
+    ).otherwise(F.lit(False))
     not_object = raw.isNull() | trailing
     reason = (
         F.when(blank, "empty_line")
