@@ -642,6 +642,10 @@ class Landing:
             raise GenerateError(f"{final} already exists; the landing folder changed under us")
         tmp = final.with_name(f".{name}.tmp")
         tmp.write_text("\n".join(landed.lines.tolist()) + "\n", encoding="utf-8")
+        # Spark's file stream source orders files by modification time, not by name: stamp
+        # each file with its first arrival time (plus its number, so ties keep name order)
+        stamp = int(landed.arrival.min()) / 1000 + seq / 1_000_000
+        os.utime(tmp, (stamp, stamp))
         os.replace(tmp, final)
         return name
 

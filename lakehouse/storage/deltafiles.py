@@ -218,11 +218,14 @@ def open_table(root: str | Path, version: int | None = None):
 
 
 def snapshot_files(table) -> list[DataFile]:
-    """Data files of a snapshot, in path order (a stable order for offsets)."""
+    """Data files of a snapshot in the order they were written (modification time, then path,
+    as delta-spark orders a stream's initial snapshot): a stream started on an existing table
+    reads its rows in about the order they arrived, which event-time watermarks depend on."""
     adds = pa.table(table.get_add_actions(flatten=False))
     columns = adds.column_names
     rows = adds.to_pylist()
-    files = []
+    files: list[DataFile] = []
+    order: list[int] = []
     for row in rows:
         pv = row.get("partition") or {} if "partition" in columns else {}
         stats = None
@@ -236,6 +239,10 @@ def snapshot_files(table) -> list[DataFile]:
                 },
                 separators=(",", ":"),
             )
+        written = row.get("modification_time")
+        order.append(
+            int(written.timestamp() * 1000) if hasattr(written, "timestamp") else int(written or 0)
+        )
         files.append(
             DataFile(
                 path=urllib.parse.unquote(row["path"]),
@@ -246,7 +253,8 @@ def snapshot_files(table) -> list[DataFile]:
                 stats=stats,
             )
         )
-    return sorted(files, key=lambda f: f.path)
+    ranked = sorted(zip(order, files, strict=True), key=lambda p: (p[0], p[1].path))
+    return [f for _, f in ranked]
 
 
 def _json_stats(values: dict | None, kind: str) -> dict:

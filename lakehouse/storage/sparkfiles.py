@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import time
 import urllib.parse
 import uuid
 from collections.abc import Sequence
@@ -36,7 +37,8 @@ def write_parquet(
 ) -> list[dfiles.AddedFile]:
     """Write ``df`` as Parquet files in a new folder under ``root``; return them ready to commit
     (relative paths, partition values, statistics from the footers). Empty files are dropped."""
-    folder = f"{STAGING_PREFIX}{uuid.uuid4().hex}"
+    # time first, so path order is write order too
+    folder = f"{STAGING_PREFIX}{time.time_ns() // 1_000_000:013d}-{uuid.uuid4().hex[:12]}"
     target = os.path.join(os.path.abspath(root), folder)
     writer = df.write.mode("errorifexists").format("parquet")
     if partition_by:
