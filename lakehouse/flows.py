@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from lakehouse.settings import LAYERS, split_table_name
+from lakehouse.settings import LAYERS, Settings, split_table_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -62,6 +62,10 @@ class Flow:
     output_mode: str = "append"
     keys: tuple[str, ...] = ()
     description: str = ""
+    # settings the transform needs (e.g. a watermark), as keyword arguments
+    params: Callable[[Settings], dict[str, Any]] | None = None
+    # called with each micro-batch (and its id) before anything is written (e.g. fail rules)
+    before_write: Callable[[DataFrame, int], None] | None = None
 
     def __post_init__(self) -> None:
         layer, _ = split_table_name(self.name)

@@ -154,7 +154,7 @@ def start_flow(
             store.create(output.table, output.schema, output.partition_by)
     max_files = settings.trigger.max_files_per_trigger
     frames = [read_input(spark, store, settings, source, max_files) for source in flow.inputs]
-    result = flow.transform(*frames)
+    result = flow.transform(*frames, **(flow.params(settings) if flow.params else {}))
     checkpoint = settings.checkpoint_path(flow.layer, flow.flow)
     trigger = trigger_kwargs(settings.trigger)
     if len(flow.outputs) == 1 and flow.outputs[0].rows is None:
@@ -172,7 +172,12 @@ def start_flow(
         )
     routes = [(o.table, o.rows or (lambda df: df), o.partition_by) for o in flow.outputs]
     return store.write_stream_routed(
-        result, routes, checkpoint, trigger=trigger, query_name=flow.name
+        result,
+        routes,
+        checkpoint,
+        trigger=trigger,
+        query_name=flow.name,
+        before_write=flow.before_write,
     )
 
 

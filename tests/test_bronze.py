@@ -324,5 +324,6 @@ def test_spark_submit_job_runs_the_layer(settings, tmp_path):
 def test_run_a_layer_without_flows_gets_one_line(tmp_path, capsys):
     from lakehouse.cli import main
 
-    assert main(["run", "--layer", "silver", "--root", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == "lakehouse: error: the silver layer declares no flows yet\n"
+    args = ["run", "--layer", "gold", "--root", str(tmp_path), "--profile", "test"]
+    assert main(args) == 2
+    assert capsys.readouterr().err == "lakehouse: error: the gold layer declares no flows yet\n"

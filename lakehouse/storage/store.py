@@ -156,6 +156,7 @@ class TableStore(ABC):
         *,
         trigger: dict[str, Any] | None = None,
         query_name: str | None = None,
+        before_write: Callable[[DataFrame, int], None] | None = None,
     ) -> StreamingQuery:
         """Start a streaming query appending each micro-batch to several tables: table ``name``
         gets ``rows(batch)`` (partitioned by the route's columns). Each table records the batch in its own app transaction, so after
@@ -169,6 +170,8 @@ class TableStore(ABC):
                 app_ids.append(dfiles.app_id_for_checkpoint(checkpoint))
             batch = batch.persist()  # each table's rows come from one evaluation of the batch
             try:
+                if before_write is not None:
+                    before_write(batch, batch_id)
                 for name, rows, partition_by in routes:
                     self.write(
                         rows(batch), name, partition_by=partition_by, txn=(app_ids[0], batch_id)

@@ -1,0 +1,194 @@
+"""Quality rules as data: one declaration per rule gives the row-level predicate that splits a
+micro-batch (kept, quarantined, or failing the query) and the great-expectations expectation
+that reports on it.
+
+Rules live beside the table they guard (``silver/rules/<table>.toml``), one ``[[rule]]`` each::
+
+    [[rule]]
+    name = "event_type_known"        # unique in the file; quarantine rows carry it
+    check = "in_set"                 # not_null | null | in_set | between | regex | not_after_now
+    column = "event_type"
+    values = ["page_view", "search", "add_to_cart", "purchase"]
+    when = "event_type IS NOT NULL"  # optional SQL condition: the rule applies to these rows
+    action = "drop"                  # warn (record only) | drop (to quarantine) | fail (stop)
+
+Semantics follow great-expectations: a rule applies to the rows its ``when`` condition holds for
+(all rows without one); ``in_set``, ``between``, ``regex`` and ``not_after_now`` pass a null
+value (use ``not_null`` for presence). ``not_after_now`` takes ``within`` (a duration): the value
+may be at most that far after the time the micro-batch is validated.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lakehouse.settings import duration_seconds
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+CHECKS = ("not_null", "null", "in_set", "between", "regex", "not_after_now")
+ACTIONS = ("warn", "drop", "fail")
+FAILED = "_failed_rules"  # array of the names of the rules a row breaks
+
+
+class RuleError(ValueError):
+    """A rules file that cannot be used."""
+
+
+class QualityFailure(RuntimeError):
+    """A ``fail`` rule found rows that break it."""
+
+    def __init__(self, rule: str, table: str, count: int):
+        self.rule, self.table, self.count = rule, table, count
+        super().__init__(
+            f"quality rule {rule} (action fail) on {table}: {count} row(s) break it; fix the "
+            "input or change the rule's action in its rules file"
+        )
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    check: str
+    column: str
+    action: str
+    values: tuple[Any, ...] = ()
+    min: Any = None
+    max: Any = None
+    pattern: str | None = None
+    within: str | None = None
+    when: str | None = None
+
+    def applies(self) -> Column:
+        """Rows the rule is about (its ``when`` condition; a null condition does not hold)."""
+        from pyspark.sql import functions as F
+
+        return F.coalesce(F.expr(self.when), F.lit(False)) if self.when else F.lit(True)
+
+    def check_column(self, now: Column | dt.datetime | None = None) -> Column:
+        """True where the value is acceptable (null where great-expectations skips it).
+        ``now`` defaults to the micro-batch's timestamp."""
+        from pyspark.sql import functions as F
+
+        now_col = (
+            F.current_timestamp()
+            if now is None
+            else F.lit(now)
+            if isinstance(now, dt.datetime)
+            else now
+        )
+
+        col = F.col(self.column)
+        if self.check == "not_null":
+            return col.isNotNull()
+        if self.check == "null":
+            return col.isNull()
+        if self.check == "in_set":
+            return col.isin(*self.values)
+        if self.check == "regex":
+            return col.rlike(self.pattern)
+        if self.check == "between":
+            cond = F.lit(True)
+            if self.min is not None:
+                cond = cond & (col >= F.lit(self.min))
+            if self.max is not None:
+                cond = cond & (col <= F.lit(self.max))
+            return cond
+        if self.check == "not_after_now":
+            ahead = duration_seconds(self.within or "0 seconds")
+            return col <= now_col + F.make_interval(secs=F.lit(ahead))
+        raise RuleError(f"rule {self.name}: unknown check {self.check}")
+
+    def latest(self, now: dt.datetime) -> dt.datetime:
+        return now + dt.timedelta(seconds=duration_seconds(self.within or "0 seconds"))
+
+    def passes(self, now: Column | dt.datetime | None = None) -> Column:
+        """True for every row that does not break the rule (never null)."""
+        from pyspark.sql import functions as F
+
+        return ~self.applies() | F.coalesce(self.check_column(now), F.lit(True))
+
+
+def load_rules(path: str | Path) -> tuple[Rule, ...]:
+    """Read and check a rules file; a mistake names the rule and the key."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise RuleError(f"no rules file at {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise RuleError(f"{path} is not valid TOML: {exc}") from None
+    rules = []
+    seen: set[str] = set()
+    for i, raw in enumerate(data.get("rule", [])):
+        where = f"{path.name} rule {i + 1}"
+        raw = dict(raw)
+        for key in ("name", "check", "column", "action"):
+            if not raw.get(key):
+                raise RuleError(f"{where}: '{key}' is required")
+        where = f"{path.name} rule {raw['name']}"
+        if raw["name"] in seen:
+            raise RuleError(f"{where}: the name is used twice")
+        seen.add(raw["name"])
+        if raw["check"] not in CHECKS:
+            raise RuleError(f"{where}: check must be one of {', '.join(CHECKS)}")
+        if raw["action"] not in ACTIONS:
+            raise RuleError(f"{where}: action must be one of {', '.join(ACTIONS)}")
+        needs = {"in_set": "values", "regex": "pattern", "not_after_now": "within"}
+        if raw["check"] in needs and raw.get(needs[raw["check"]]) in (None, "", []):
+            raise RuleError(f"{where}: check {raw['check']} needs '{needs[raw['check']]}'")
+        if raw["check"] == "between" and raw.get("min") is None and raw.get("max") is None:
+            raise RuleError(f"{where}: check between needs 'min', 'max' or both")
+        unknown = set(raw) - {f for f in Rule.__dataclass_fields__}
+        if unknown:
+            raise RuleError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+        if raw.get("within"):
+            duration_seconds(raw["within"])
+        raw["values"] = tuple(raw.get("values", ()))
+        rules.append(Rule(**raw))
+    if not rules:
+        raise RuleError(f"{path} declares no [[rule]]")
+    return tuple(rules)
+
+
+def flag(df: DataFrame, rules: Sequence[Rule], now: dt.datetime | None = None) -> DataFrame:
+    """Add ``_failed_rules``: the names of the rules each row breaks (empty when none)."""
+    from pyspark.sql import functions as F
+
+    broken = [F.when(~r.passes(now), F.lit(r.name)) for r in rules]
+    return df.withColumn(FAILED, F.filter(F.array(*broken), lambda n: n.isNotNull()))
+
+
+def dropped(rules: Sequence[Rule]) -> Column:
+    """True for a flagged row that breaks a ``drop`` rule (it goes to quarantine)."""
+    from pyspark.sql import functions as F
+
+    names = [r.name for r in rules if r.action == "drop"]
+    if not names:
+        return F.lit(False)
+    return F.arrays_overlap(F.col(FAILED), F.array(*[F.lit(n) for n in names]))
+
+
+def enforce_fail_rules(flagged: DataFrame, rules: Sequence[Rule], table: str) -> None:
+    """Raise :class:`QualityFailure` when a flagged batch breaks a ``fail`` rule."""
+    from pyspark.sql import functions as F
+
+    fail = [r.name for r in rules if r.action == "fail"]
+    if not fail:
+        return
+    counts = (
+        flagged.select(F.explode(FAILED).alias("rule"))
+        .where(F.col("rule").isin(fail))
+        .groupBy("rule")
+        .count()
+        .collect()
+    )
+    if counts:
+        worst = sorted(counts, key=lambda r: (-r["count"], r["rule"]))[0]
+        raise QualityFailure(worst["rule"], table, worst["count"])

@@ -1,0 +1,75 @@
+"""silver.events: bronze events typed and cleaned, checked by the quality rules, watermarked
+and deduplicated by ``event_id`` within the watermark.
+
+One streaming query: rows breaking a ``drop`` rule leave before the watermark sees them (to
+silver.quarantine); the rest go through ``withWatermark`` and ``dropDuplicatesWithinWatermark``
+to silver.events. Both branches come out of the same query as one stream marked by ``_route``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from lakehouse.quality import FAILED, Rule, dropped, flag, load_rules
+from silver.quarantine import ROUTE, to_quarantine
+
+RULES_FILE = Path(__file__).with_name("rules") / "events.toml"
+TABLE = "silver.events"
+COLUMNS = (
+    "event_id",
+    "user_id",
+    "event_type",
+    "page",
+    "amount",
+    "event_time",
+    "device",
+    "country",
+    "_source_file",
+)
+
+
+def rules() -> tuple[Rule, ...]:
+    return load_rules(RULES_FILE)
+
+
+def clean_events(bronze: DataFrame) -> DataFrame:
+    """Typed, trimmed and normalised columns of the contract (codes in one case)."""
+    return bronze.select(
+        F.trim("event_id").alias("event_id"),
+        "user_id",
+        F.lower(F.trim("event_type")).alias("event_type"),
+        F.trim("page").alias("page"),
+        "amount",
+        "event_time",
+        F.lower(F.trim("device")).alias("device"),
+        F.upper(F.trim("country")).alias("country"),
+        "_source_file",
+    )
+
+
+def silver_events(
+    bronze: DataFrame, *, watermark: str, quality: Sequence[Rule] | None = None
+) -> DataFrame:
+    """The routed stream: silver.events rows and silver.quarantine rows (``_route``)."""
+    quality = rules() if quality is None else quality
+    flagged = flag(clean_events(bronze), quality)
+    bad = dropped(quality)
+    kept = (
+        flagged.where(~bad)
+        .withWatermark("event_time", watermark)
+        .dropDuplicatesWithinWatermark(["event_id"])
+    )
+    return kept.withColumn(ROUTE, F.lit(TABLE)).unionByName(
+        to_quarantine(flagged.where(bad), TABLE), allowMissingColumns=True
+    )
+
+
+def events_rows(routed: DataFrame) -> DataFrame:
+    return routed.where(F.col(ROUTE) == TABLE).select(*COLUMNS)
+
+
+__all__ = ["FAILED", "clean_events", "events_rows", "rules", "silver_events"]

@@ -1,0 +1,52 @@
+"""The silver flows."""
+
+from __future__ import annotations
+
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from lakehouse.flows import Flow, Output, TableInput
+from lakehouse.quality import enforce_fail_rules
+from silver import events, quarantine
+
+EVENTS_SCHEMA = StructType(
+    [
+        StructField("event_id", StringType()),
+        StructField("user_id", LongType()),
+        StructField("event_type", StringType()),
+        StructField("page", StringType()),
+        StructField("amount", DoubleType()),
+        StructField("event_time", TimestampType()),
+        StructField("device", StringType()),
+        StructField("country", StringType()),
+        StructField("_source_file", StringType()),
+    ]
+)
+
+
+def _check_events(batch, batch_id: int) -> None:
+    kept = batch.where(F.col(quarantine.ROUTE) == events.TABLE)
+    enforce_fail_rules(kept, events.rules(), events.TABLE)
+
+
+FLOWS = (
+    Flow(
+        name="silver.events",
+        description="bronze.events checked, watermarked and deduplicated by event_id",
+        inputs=(TableInput("bronze.events"),),
+        transform=events.silver_events,
+        params=lambda settings: {"watermark": settings.watermarks.events},
+        outputs=(
+            Output(events.TABLE, events.events_rows, EVENTS_SCHEMA),
+            Output(quarantine.TABLE, quarantine.quarantine_rows, quarantine.SCHEMA),
+        ),
+        before_write=_check_events,
+    ),
+)

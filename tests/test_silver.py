@@ -1,0 +1,202 @@
+"""silver.events: quality split, watermark and deduplication, streaming equal to batch."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import io
+from functools import partial
+
+import pytest
+from pyspark.sql import Row
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from bronze.sources import table_schema
+from lakehouse import generate as gen
+from lakehouse.progress import Progress
+from lakehouse.quality import Rule, RuleError, load_rules
+from lakehouse.runner import FlowFailed, run_flows, run_layers
+from silver import events
+from silver.flows import FLOWS
+
+UTC = dt.UTC
+T = dt.datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
+EVENTS_FLOW = FLOWS[0]
+
+
+def _bronze_row(
+    event_id, minute, *, event_type="page_view", amount=None, page="/", user_id=1, second=0
+):
+    return (
+        event_id,
+        user_id,
+        event_type,
+        page,
+        amount,
+        T + dt.timedelta(minutes=minute, seconds=second),
+        "mobile",
+        "US",
+        None,
+        "file:/landing/events/x.json",
+        T,
+    )
+
+
+def _append_versions(spark, store, versions):
+    """Each list of rows becomes one bronze.events version (one file: one micro-batch)."""
+    store.create("bronze.events", table_schema("events"))
+    for rows in versions:
+        df = spark.createDataFrame(rows, table_schema("events")).coalesce(1)
+        store.write(df, "bronze.events")
+
+
+def _silver(spark, settings, flow=EVENTS_FLOW, max_files=1):
+    return run_flows(
+        spark,
+        settings.with_overrides({"trigger.max_files_per_trigger": max_files}),
+        [flow],
+        out=io.StringIO(),
+    )
+
+
+def _ids(store):
+    return sorted(
+        (r.event_id, r.event_time.minute)
+        for r in store.read("silver.events").select("event_id", "event_time").collect()
+    )
+
+
+def test_duplicates_within_the_watermark_are_dropped_and_state_expires(spark, settings, store):
+    """Watermark 10 minutes, one bronze version per micro-batch.
+
+    e1's copy in the second batch arrives while e1 is remembered: dropped. The third batch
+    (e5 at 10:25) moves the watermark to 10:15, past e1's 10:00 + 10 minutes; Spark evicts the
+    expired key at the end of the next batch that runs with that watermark (the fourth). From
+    then on e1 is forgotten: a copy carrying a time still inside the watermark (10:20) is a new
+    row to Spark and is kept, while a copy with the original time (10:00) is now behind the
+    watermark and is dropped as late, not as a duplicate."""
+    _append_versions(
+        spark,
+        store,
+        [
+            [_bronze_row("e1", 0), _bronze_row("e2", 5)],
+            [_bronze_row("e1", 0), _bronze_row("e3", 8)],  # resent copy of e1: dropped
+            [_bronze_row("e5", 25)],  # watermark -> 10:15
+            [_bronze_row("e6", 21)],  # runs with 10:15: e1 (expires 10:10) evicted after it
+            [_bronze_row("e1", 20), _bronze_row("e1", 0), _bronze_row("e7", 22)],
+        ],
+    )
+    progress = _silver(spark, settings)
+    assert _ids(store) == [
+        ("e1", 0),
+        ("e1", 20),
+        ("e2", 5),
+        ("e3", 8),
+        ("e5", 25),
+        ("e6", 21),
+        ("e7", 22),
+    ]
+    assert progress[0].batches == 5
+
+
+def test_drop_rules_send_rows_to_quarantine_with_their_names(spark, settings, store):
+    _append_versions(
+        spark,
+        store,
+        [
+            [
+                _bronze_row("ok", 0),
+                _bronze_row("buy", 1, event_type="purchase", amount=12.5),
+                _bronze_row("bogus", 2, event_type="bogus"),
+                _bronze_row("free", 3, event_type="purchase"),
+                _bronze_row("refund", 4, event_type="purchase", amount=-3.0),
+                _bronze_row("priced_view", 5, amount=1.0),
+                _bronze_row("future", 60 * 24 * 365 * 10),
+                _bronze_row("home", 6, page="home"),  # warn: kept
+                _bronze_row("nouser", 7, user_id=None),
+            ]
+        ],
+    )
+    _silver(spark, settings)
+    assert sorted(r.event_id for r in store.read("silver.events").collect()) == [
+        "buy",
+        "home",
+        "ok",
+    ]
+    got = store.read("silver.quarantine").select(
+        "table", "rules", F.get_json_object("record", "$.event_id").alias("event_id")
+    )
+    assertDataFrameEqual(
+        got,
+        [
+            Row(table="silver.events", rules=["event_type_known"], event_id="bogus"),
+            Row(table="silver.events", rules=["purchase_has_amount"], event_id="free"),
+            Row(table="silver.events", rules=["purchase_amount_not_negative"], event_id="refund"),
+            Row(table="silver.events", rules=["amount_only_on_purchases"], event_id="priced_view"),
+            Row(table="silver.events", rules=["event_time_not_in_future"], event_id="future"),
+            Row(table="silver.events", rules=["user_id_present"], event_id="nouser"),
+        ],
+    )
+
+
+def test_a_fail_rule_stops_the_flow_naming_rule_table_and_count(spark, settings, store):
+    strict = (
+        *events.rules(),
+        Rule(
+            name="no_tablets",
+            check="in_set",
+            column="device",
+            values=("mobile", "desktop"),
+            action="fail",
+        ),
+    )
+    _append_versions(spark, store, [[_bronze_row("a", 0), _bronze_row("b", 1)]])
+    spark.createDataFrame(
+        [("c", 1, "page_view", "/", None, T, "tablet", "US", None, "f", T)] * 1,
+        table_schema("events"),
+    ).write.format("deltalake").mode("append").save(str(store.path("bronze.events")))
+    flow = dataclasses.replace(
+        EVENTS_FLOW,
+        transform=partial(events.silver_events, quality=strict),
+        before_write=lambda batch, _id: __import__("lakehouse.quality").quality.enforce_fail_rules(
+            batch.where("_route = 'silver.events'"), strict, "silver.events"
+        ),
+    )
+    with pytest.raises(
+        FlowFailed, match=r"quality rule no_tablets \(action fail\) on silver.events: 1 row"
+    ):
+        _silver(spark, settings, flow, max_files=0)
+    assert store.read("silver.events").count() == 0  # nothing of the failing batch is written
+
+
+def test_rules_file_mistakes_name_the_rule(tmp_path):
+    path = tmp_path / "r.toml"
+    path.write_text('[[rule]]\nname = "x"\ncheck = "in_set"\ncolumn = "c"\naction = "drop"\n')
+    with pytest.raises(RuleError, match="r.toml rule x: check in_set needs 'values'"):
+        load_rules(path)
+    path.write_text('[[rule]]\nname = "x"\ncheck = "nope"\ncolumn = "c"\naction = "drop"\n')
+    with pytest.raises(RuleError, match="r.toml rule x: check must be one of"):
+        load_rules(path)
+    assert len(events.rules()) == 11
+
+
+@pytest.mark.parametrize("max_files", [0, 1])
+def test_silver_events_equals_a_batch_dedup_of_the_valid_rows(spark, settings, store, max_files):
+    """Generated data without late events: whether bronze is read in one micro-batch or a few
+    files at a time, and across a restart between two deliveries, silver.events is
+    bronze.events deduplicated by event_id. (Bronze reads one landing file per micro-batch
+    and files cover 3 minutes, so its versions keep the arrival order within the lateness.)"""
+    quiet = lambda label: Progress(label, io.StringIO())  # noqa: E731
+    one_file = settings.with_overrides({"trigger.max_files_per_trigger": 1})
+    for _delivery in range(2):  # the second delivery restarts both flows from their checkpoints
+        params = gen.params_from_settings(
+            settings, events=500, hours=0.5, file_minutes=3.0, late_fraction=0.0
+        )
+        gen.generate(spark, settings.root, params, progress=quiet)
+        run_layers(spark, one_file, ["bronze"], out=io.StringIO())
+        _silver(spark, settings, max_files=max_files)
+    columns = [c for c in events.COLUMNS if c != "_source_file"]
+    expected = store.read("bronze.events").dropDuplicates(["event_id"]).select(*columns)
+    assert store.read("silver.events").count() == expected.count()
+    assertDataFrameEqual(store.read("silver.events").select(*columns), expected)
