@@ -160,7 +160,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     with spark_session(settings, f"lakehouse-{args.layer}") as spark:
         reports = run_layers(spark, settings, layers)
     for r in reports:
-        print(f"{r.flow:28} {r.batches:>5} micro-batches {r.input_rows:>12,} input rows")
+        print(
+            f"{r.flow:28} {r.batches:>5} micro-batches {r.input_rows:>12,} input rows"
+            f" {r.duplicates:>9,} duplicates dropped {r.late_rows:>7,} late rows dropped"
+        )
     return 0
 
 

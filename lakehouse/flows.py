@@ -64,8 +64,9 @@ class Flow:
     description: str = ""
     # settings the transform needs (e.g. a watermark), as keyword arguments
     params: Callable[[Settings], dict[str, Any]] | None = None
-    # called with each micro-batch (and its id) before anything is written (e.g. fail rules)
-    before_write: Callable[[DataFrame, int], None] | None = None
+    # called with each micro-batch (and its id) before anything is written: it may raise
+    # (fail rules) and may return side rows for other tables, e.g. {"ops.quality_results": df}
+    before_write: Callable[[DataFrame, int], dict[str, DataFrame] | None] | None = None
 
     def __post_init__(self) -> None:
         layer, _ = split_table_name(self.name)

@@ -192,3 +192,145 @@ def enforce_fail_rules(flagged: DataFrame, rules: Sequence[Rule], table: str) ->
     if counts:
         worst = sorted(counts, key=lambda r: (-r["count"], r["rule"]))[0]
         raise QualityFailure(worst["rule"], table, worst["count"])
+
+
+# --------------------------------------------------------------------------------------------
+# great-expectations: the suite-level results of every micro-batch
+
+RESULTS_TABLE = "ops.quality_results"
+_GX: dict[str, Any] = {}
+
+
+def results_schema():
+    from pyspark.sql.types import (
+        BooleanType,
+        DoubleType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    return StructType(
+        [
+            StructField("table", StringType()),
+            StructField("batch_id", LongType()),
+            StructField("validated_at", TimestampType()),
+            StructField("rule", StringType()),
+            StructField("action", StringType()),
+            StructField("expectation", StringType()),
+            StructField("column", StringType()),
+            StructField("success", BooleanType()),
+            StructField("element_count", LongType()),
+            StructField("unexpected_count", LongType()),
+            StructField("unexpected_percent", DoubleType()),
+            StructField("error", StringType()),
+        ]
+    )
+
+
+def _batch_definition(table: str):
+    """One ephemeral great-expectations context per process and a Spark batch definition per
+    table: no files, no data docs, no progress bars; the app's session is reused (GX would
+    restart a session it cannot configure, so it is given no Spark settings)."""
+    if table in _GX:
+        return _GX[table]
+    import logging
+    import warnings
+
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", module="great_expectations")
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
+
+    if "context" not in _GX:
+        _GX["context"] = gx.get_context(
+            mode="ephemeral",
+            project_config=DataContextConfig(
+                store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
+                progress_bars=ProgressBarsConfig(globally=False),
+                analytics_enabled=False,
+            ),
+        )
+    source = _GX["context"].data_sources.add_spark(name=f"lake-{table}", persist=False)
+    _GX[table] = source.add_dataframe_asset(name=table).add_batch_definition_whole_dataframe(
+        name="micro_batch"
+    )
+    return _GX[table]
+
+
+def expectation(rule: Rule, now: dt.datetime):
+    """The great-expectations expectation of a rule (the same semantics as its predicate)."""
+    import great_expectations.expectations as gxe
+
+    kwargs: dict[str, Any] = {"column": rule.column, "meta": {"rule": rule.name}}
+    if rule.when:
+        kwargs.update(row_condition=rule.when, condition_parser="spark")
+    if rule.check == "not_null":
+        return gxe.ExpectColumnValuesToNotBeNull(**kwargs)
+    if rule.check == "null":
+        return gxe.ExpectColumnValuesToBeNull(**kwargs)
+    if rule.check == "in_set":
+        return gxe.ExpectColumnValuesToBeInSet(value_set=list(rule.values), **kwargs)
+    if rule.check == "regex":
+        return gxe.ExpectColumnValuesToMatchRegex(regex=rule.pattern, **kwargs)
+    if rule.check == "between":
+        return gxe.ExpectColumnValuesToBeBetween(min_value=rule.min, max_value=rule.max, **kwargs)
+    if rule.check == "not_after_now":
+        return gxe.ExpectColumnValuesToBeBetween(max_value=rule.latest(now), **kwargs)
+    raise RuleError(f"rule {rule.name}: unknown check {rule.check}")
+
+
+def validate(batch: DataFrame, rules: Sequence[Rule], table: str, batch_id: int) -> DataFrame:
+    """Validate a (cached) micro-batch with great-expectations; one result row per rule."""
+    import great_expectations as gx
+
+    definition = _batch_definition(table)  # the context must exist before a suite is made
+    now = dt.datetime.now(dt.UTC)
+    suite = gx.ExpectationSuite(name=f"{table}-rules")
+    for rule in rules:
+        suite.add_expectation(expectation(rule, now))
+    gx_batch = definition.get_batch(batch_parameters={"dataframe": batch})
+    report = gx_batch.validate(
+        suite, result_format={"result_format": "BASIC", "partial_unexpected_count": 0}
+    )
+    by_name = {r.name: r for r in rules}
+    rows = []
+    for result in report.results:  # matched by name: failed metrics come first
+        config, out = result.expectation_config, (result.result or {})
+        rule = by_name[config.meta["rule"]]
+        percent = out.get("unexpected_percent")
+        rows.append(
+            (
+                table,
+                batch_id,
+                now,
+                rule.name,
+                rule.action,
+                config.type,
+                rule.column,
+                bool(result.success),
+                out.get("element_count"),
+                out.get("unexpected_count"),
+                None if percent is None else float(percent),
+                _error(result),
+            )
+        )
+    return batch.sparkSession.createDataFrame(rows, results_schema())
+
+
+def _error(result) -> str | None:
+    info = result.exception_info or {}
+    if info.get("raised_exception"):
+        return info.get("exception_message")
+    messages = {
+        getattr(v, "exception_message", None)
+        for v in info.values()
+        if getattr(v, "raised_exception", False)
+    }
+    return "; ".join(sorted(m for m in messages if m)) or None

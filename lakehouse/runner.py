@@ -71,9 +71,11 @@ class FlowReport:
 
     flow: str
     batches: int = 0
-    input_rows: int = 0
+    input_rows: int = 0  # rows read by the query's sources (a source read twice counts twice)
     seconds: float = 0.0
     error: str | None = None
+    late_rows: int = 0  # dropped by a stateful operator for being behind the watermark
+    duplicates: int = 0  # dropped by a deduplication operator
 
 
 def _progress_printer(spark: SparkSession, out: TextIO):
@@ -226,12 +228,19 @@ def run_flows(
                 query.stop()
     reports = []
     for name, query in queries.items():
-        batches = [p for p in query.recentProgress if p["numInputRows"]]
+        progress = query.recentProgress
+        batches = [p for p in progress if p["numInputRows"]]
+        operators = [op for p in progress for op in (p["stateOperators"] or [])]
         report = FlowReport(
             name,
             len(batches),
             sum(p["numInputRows"] for p in batches),
             time.monotonic() - started,
+            late_rows=sum(op.get("numRowsDroppedByWatermark") or 0 for op in operators),
+            duplicates=sum(
+                (op.get("customMetrics") or {}).get("numDroppedDuplicateRows") or 0
+                for op in operators
+            ),
         )
         error = query.exception()
         if error is not None:

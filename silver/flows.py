@@ -13,7 +13,7 @@ from pyspark.sql.types import (
 )
 
 from lakehouse.flows import Flow, Output, TableInput
-from lakehouse.quality import enforce_fail_rules
+from lakehouse.quality import RESULTS_TABLE, enforce_fail_rules, validate
 from silver import events, quarantine
 
 EVENTS_SCHEMA = StructType(
@@ -31,9 +31,16 @@ EVENTS_SCHEMA = StructType(
 )
 
 
-def _check_events(batch, batch_id: int) -> None:
-    kept = batch.where(F.col(quarantine.ROUTE) == events.TABLE)
-    enforce_fail_rules(kept, events.rules(), events.TABLE)
+def _check_events(batch, batch_id: int):
+    """great-expectations results of the batch (every row, kept or quarantined), then the
+    fail rules on the kept rows."""
+    rules = events.rules()
+    data = batch.select(*events.COLUMNS)
+    if data.isEmpty():  # a no-data batch (watermark and state upkeep): nothing to report
+        return None
+    results = validate(data, rules, events.TABLE, batch_id)
+    enforce_fail_rules(batch.where(F.col(quarantine.ROUTE) == events.TABLE), rules, events.TABLE)
+    return {RESULTS_TABLE: results}
 
 
 FLOWS = (

@@ -296,14 +296,21 @@ def test_kill_9_in_the_middle_of_spark_submit_then_rerun(spark, settings, store)
     _assert_books_balance(store, manifest)
 
 
-def test_spark_submit_job_runs_the_layer(settings, tmp_path):
-    """The shim under spark-submit, with a one-line error and exit code 2 on a missing input."""
+@pytest.mark.parametrize(
+    ("layer", "message"),
+    [
+        ("bronze", "landing folder {root}/landing/events does not exist; check --root"),
+        ("silver", "input table bronze.events does not exist at {root}/tables/bronze/events"),
+    ],
+)
+def test_spark_submit_job_runs_the_layer(settings, tmp_path, layer, message):
+    """The shims under spark-submit, with a one-line error and exit code 2 on a missing input."""
     submit = Path(sys.executable).with_name("spark-submit")
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     result = subprocess.run(
         [
             str(submit),
-            str(REPO / "jobs" / "bronze.py"),
+            str(REPO / "jobs" / f"{layer}.py"),
             "--root",
             str(tmp_path / "nowhere"),
             "--profile",
@@ -317,8 +324,7 @@ def test_spark_submit_job_runs_the_layer(settings, tmp_path):
     # spark-submit hands the Python driver's stderr to its own stdout
     output = result.stdout + result.stderr
     assert result.returncode == 2, output[-2000:]
-    assert "lakehouse: error: landing folder" in output
-    assert "does not exist; check --root or run `lakehouse generate`" in output
+    assert f"lakehouse: error: {message.format(root=tmp_path / 'nowhere')}" in output
 
 
 def test_run_a_layer_without_flows_gets_one_line(tmp_path, capsys):

@@ -87,7 +87,7 @@ def test_duplicates_within_the_watermark_are_dropped_and_state_expires(spark, se
             [_bronze_row("e1", 20), _bronze_row("e1", 0), _bronze_row("e7", 22)],
         ],
     )
-    progress = _silver(spark, settings)
+    (report,) = _silver(spark, settings)
     assert _ids(store) == [
         ("e1", 0),
         ("e1", 20),
@@ -97,7 +97,9 @@ def test_duplicates_within_the_watermark_are_dropped_and_state_expires(spark, se
         ("e6", 21),
         ("e7", 22),
     ]
-    assert progress[0].batches == 5
+    assert report.batches == 5
+    # the books: 9 bronze rows = 7 in silver + 1 duplicate dropped + 1 late row dropped
+    assert (report.duplicates, report.late_rows) == (1, 1)
 
 
 def test_drop_rules_send_rows_to_quarantine_with_their_names(spark, settings, store):
@@ -136,6 +138,39 @@ def test_drop_rules_send_rows_to_quarantine_with_their_names(spark, settings, st
             Row(table="silver.events", rules=["amount_only_on_purchases"], event_id="priced_view"),
             Row(table="silver.events", rules=["event_time_not_in_future"], event_id="future"),
             Row(table="silver.events", rules=["user_id_present"], event_id="nouser"),
+        ],
+    )
+    # great-expectations saw the whole micro-batch; warn rules are recorded, the row kept
+    results = store.read("ops.quality_results").select(
+        "table", "batch_id", "rule", "action", "success", "element_count", "unexpected_count"
+    )
+    counts = {
+        "event_id_present": (9, 0),
+        "user_id_present": (9, 1),
+        "event_time_present": (9, 0),
+        "event_time_not_in_future": (9, 1),
+        "event_type_known": (9, 1),
+        "user_id_positive": (9, 0),
+        "purchase_has_amount": (3, 1),
+        "purchase_amount_not_negative": (3, 1),
+        "amount_only_on_purchases": (6, 1),
+        "page_is_a_path": (9, 1),
+        "country_code": (9, 0),
+    }
+    actions = {r.name: r.action for r in events.rules()}
+    assertDataFrameEqual(
+        results,
+        [
+            Row(
+                table="silver.events",
+                batch_id=0,
+                rule=name,
+                action=actions[name],
+                success=bad == 0,
+                element_count=n,
+                unexpected_count=bad,
+            )
+            for name, (n, bad) in counts.items()
         ],
     )
 
@@ -189,14 +224,21 @@ def test_silver_events_equals_a_batch_dedup_of_the_valid_rows(spark, settings, s
     and files cover 3 minutes, so its versions keep the arrival order within the lateness.)"""
     quiet = lambda label: Progress(label, io.StringIO())  # noqa: E731
     one_file = settings.with_overrides({"trigger.max_files_per_trigger": 1})
+    reports = []
     for _delivery in range(2):  # the second delivery restarts both flows from their checkpoints
         params = gen.params_from_settings(
             settings, events=500, hours=0.5, file_minutes=3.0, late_fraction=0.0
         )
         gen.generate(spark, settings.root, params, progress=quiet)
         run_layers(spark, one_file, ["bronze"], out=io.StringIO())
-        _silver(spark, settings, max_files=max_files)
+        reports.append(_silver(spark, settings, max_files=max_files)[0])
     columns = [c for c in events.COLUMNS if c != "_source_file"]
     expected = store.read("bronze.events").dropDuplicates(["event_id"]).select(*columns)
     assert store.read("silver.events").count() == expected.count()
+    # the books: bronze rows = silver rows + duplicates dropped (+ no quarantine, no late rows)
+    assert sum(r.late_rows for r in reports) == 0
+    assert store.read("silver.quarantine").count() == 0
+    assert store.read("bronze.events").count() == expected.count() + sum(
+        r.duplicates for r in reports
+    )
     assertDataFrameEqual(store.read("silver.events").select(*columns), expected)

@@ -156,11 +156,13 @@ class TableStore(ABC):
         *,
         trigger: dict[str, Any] | None = None,
         query_name: str | None = None,
-        before_write: Callable[[DataFrame, int], None] | None = None,
+        before_write: Callable[[DataFrame, int], dict[str, DataFrame] | None] | None = None,
     ) -> StreamingQuery:
         """Start a streaming query appending each micro-batch to several tables: table ``name``
         gets ``rows(batch)`` (partitioned by the route's columns). Each table records the batch in its own app transaction, so after
-        a crash between two tables the replayed batch only writes the tables that missed it."""
+        a crash between two tables the replayed batch only writes the tables that missed it.
+        ``before_write(batch, batch_id)`` runs first (it may raise to stop the query) and may
+        return more rows to append to other tables ({table: rows}), written the same way."""
         for name, _rows, _partition_by in routes:
             split_table_name(name)
         app_ids: list[str] = []
@@ -170,13 +172,14 @@ class TableStore(ABC):
                 app_ids.append(dfiles.app_id_for_checkpoint(checkpoint))
             batch = batch.persist()  # each table's rows come from one evaluation of the batch
             try:
-                if before_write is not None:
-                    before_write(batch, batch_id)
+                side = (before_write(batch, batch_id) if before_write else None) or {}
                 for name, rows, partition_by in routes:
                     self.write(
                         rows(batch), name, partition_by=partition_by, txn=(app_ids[0], batch_id)
                     )
                     failpoint(f"after-write:{name}")
+                for name, rows_df in side.items():
+                    self.write(rows_df, name, txn=(app_ids[0], batch_id))
             finally:
                 batch.unpersist()
 
