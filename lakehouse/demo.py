@@ -1,8 +1,9 @@
 """``lakehouse demo``: generate a small lake and run the layers that exist so far.
 
 It generates synthetic landing data (100,000 events by default; skipped when the lake root
-already has a manifest), runs bronze in available-now mode, and prints what each table holds
-next to what the generator's manifest says should be there.
+already has a manifest), runs bronze and silver in available-now mode, and prints what each
+table holds next to what the generator's manifest says should be there, then what silver
+dropped (duplicates, late rows) and quarantined (per rule).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def _demo(spark, store, settings: Settings, events: int) -> int:
         print(f"landing data found ({manifest_path}); not generating more")
     else:
         gen.generate(spark, settings.root, gen.params_from_settings(settings, events=events))
-    run_layers(spark, settings, ["bronze"])
+    reports = {r.flow: r for r in run_layers(spark, settings, ["bronze", "silver"])}
     totals = json.loads(manifest_path.read_text())["totals"]
     quarantine = store.read(QUARANTINE_TABLE)
     print()
@@ -62,6 +63,35 @@ def _demo(spark, store, settings: Settings, events: int) -> int:
         .orderBy("source", "reason")
         .show(truncate=False)
     )
+    silver = reports.get("silver.events")
+    if silver is not None:
+        bronze_rows = store.read("bronze.events").count()
+        kept = store.read("silver.events").count()
+        quarantined = store.read("silver.quarantine").where(F.col("table") == "silver.events")
+        print(
+            f"silver.events, this run: {silver.duplicates:,} duplicates and "
+            f"{silver.late_rows:,} late rows dropped"
+        )
+        print(
+            f"  bronze.events {bronze_rows:,} rows -> silver.events {kept:,} rows, "
+            f"silver.quarantine {quarantined.count():,} rows"
+        )
+        for row in (
+            quarantined.select(F.explode("rules").alias("rule"))
+            .groupBy("rule")
+            .count()
+            .orderBy("rule")
+            .collect()
+        ):
+            print(f"  quarantined by rule {row['rule']}: {row['count']:,}")
+        results = store.read("ops.quality_results").where("not success")
+        for row in (
+            results.groupBy("rule", "action")
+            .agg(F.sum("unexpected_count").alias("rows"))
+            .orderBy("rule")
+            .collect()
+        ):
+            print(f"  rule {row['rule']} ({row['action']}) failed on {row['rows']:,} row(s)")
     if not balanced:
         print("the books do not balance: some landing lines are not where the manifest says")
         return 1
