@@ -14,8 +14,19 @@ from pyspark.sql.types import (
 
 from lakehouse.flows import Flow, Output, TableInput
 from lakehouse.quality import RESULTS_TABLE, enforce_fail_rules, validate
-from silver import events, quarantine
+from silver import attribution, events, quarantine
 
+ATTRIBUTION_SCHEMA = StructType(
+    [
+        StructField("impression_id", StringType()),
+        StructField("ad_id", LongType()),
+        StructField("campaign_id", LongType()),
+        StructField("user_id", LongType()),
+        StructField("impression_time", TimestampType()),
+        StructField("click_id", StringType()),
+        StructField("click_time", TimestampType()),
+    ]
+)
 EVENTS_SCHEMA = StructType(
     [
         StructField("event_id", StringType()),
@@ -55,5 +66,19 @@ FLOWS = (
             Output(quarantine.TABLE, quarantine.quarantine_rows, quarantine.SCHEMA),
         ),
         before_write=_check_events,
+    ),
+    Flow(
+        name="silver.ad_attribution",
+        description="impressions left outer join clicks within an hour, both deduplicated",
+        inputs=(TableInput("bronze.impressions"), TableInput("bronze.clicks")),
+        transform=attribution.attribution,
+        params=lambda settings: {
+            "impressions_watermark": settings.watermarks.impressions,
+            "clicks_watermark": settings.watermarks.clicks,
+        },
+        outputs=(
+            Output(attribution.TABLE, attribution.attribution_rows, ATTRIBUTION_SCHEMA),
+            Output(quarantine.TABLE, quarantine.quarantine_rows, quarantine.SCHEMA),
+        ),
     ),
 )

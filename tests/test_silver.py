@@ -242,3 +242,65 @@ def test_silver_events_equals_a_batch_dedup_of_the_valid_rows(spark, settings, s
         r.duplicates for r in reports
     )
     assertDataFrameEqual(store.read("silver.events").select(*columns), expected)
+
+
+def _imp(impression_id, minute):
+    return (impression_id, 7, 2, 1, T + dt.timedelta(minutes=minute), None, "f", T)
+
+
+def _clk(click_id, impression_id, minute, second=0):
+    return (
+        click_id,
+        impression_id,
+        7,
+        1,
+        T + dt.timedelta(minutes=minute, seconds=second),
+        None,
+        "f",
+        T,
+    )
+
+
+def test_ad_attribution_joins_within_the_hour_and_emits_unmatched_once(spark, settings, store):
+    """Impressions at 10:00; a click at exactly 11:00 joins, one at 11:00:01 never does. The
+    unclicked impressions come out with null click columns only once both watermarks (2 h and
+    3 h behind the latest times) are past 11:00: not in the first run, once in the second."""
+    flow = FLOWS[1]
+    for source in ("impressions", "clicks"):
+        store.create(f"bronze.{source}", table_schema(source))
+
+    def deliver(impressions, clicks):
+        for source, rows in (("impressions", impressions), ("clicks", clicks)):
+            df = spark.createDataFrame(rows, table_schema(source)).coalesce(1)
+            store.write(df, f"bronze.{source}")
+        return _silver(spark, settings, flow)
+
+    def attributed():
+        return sorted(
+            (r.impression_id, r.click_id) for r in store.read("silver.ad_attribution").collect()
+        )
+
+    deliver(
+        [
+            _imp("i1", 0),
+            _imp("i2", 0),
+            _imp("i3", 0),
+            _imp("i1", 0),
+            ("no_ad", None, 2, 1, T, None, "f", T),
+        ],
+        [_clk("c1", "i1", 60), _clk("c2", "i2", 60, second=1), _clk("c1", "i1", 60)],
+    )
+    assert attributed() == [("i1", "c1")]  # i2 and i3 may still be clicked: not emitted yet
+    deliver([_imp("i9", 300)], [_clk("c9", "i9", 300)])  # watermarks: 13:00 and 12:00
+    expected = [("i1", "c1"), ("i2", None), ("i3", None), ("i9", "c9")]
+    assert attributed() == expected
+    deliver([], [])
+    assert attributed() == expected  # emitted once
+    quarantined = store.read("silver.quarantine").select(
+        "table", "rules", F.get_json_object("record", "$.impression_id").alias("id")
+    )
+    assertDataFrameEqual(
+        quarantined, [Row(table="silver.ad_attribution", rules=["ad_id_present"], id="no_ad")]
+    )
+    row = store.read("silver.ad_attribution").where("impression_id = 'i1'").first()
+    assert row.click_time == (T + dt.timedelta(hours=1)).replace(tzinfo=None)
