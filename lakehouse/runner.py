@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import re
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 from lakehouse.flows import Flow, Input, LandingInput, TableInput
+from lakehouse.monitoring import ProgressRecorder
 from lakehouse.settings import Settings
 from lakehouse.storage import table_store, trigger_kwargs
 
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
 
     from lakehouse.storage.store import TableStore
 
+log = logging.getLogger(__name__)
 PIPELINE = ("bronze", "silver", "gold")
 
 
@@ -78,26 +82,34 @@ class FlowReport:
     duplicates: int = 0  # dropped by a deduplication operator
 
 
-def _progress_printer(spark: SparkSession, out: TextIO):
-    """Register (once per session) a listener printing one line per micro-batch that read
-    rows. It stays registered: removing it while Spark still delivers the last events races
-    with the delivery; the session's stop drains them."""
+def _progress_listener(spark: SparkSession, out: TextIO, recorder: ProgressRecorder):
+    """Register (once per session) a listener that records every micro-batch in
+    ops.stream_progress and prints one line per micro-batch that read rows. It stays
+    registered: removing it while Spark still delivers the last events races with the
+    delivery; the session's stop drains them."""
     from pyspark.sql.streaming import StreamingQueryListener
 
     registered = getattr(spark, "_lakehouse_progress", None)
     if registered is not None:
-        registered.out = out
-        return
+        registered.out, registered.recorder = out, recorder
+        return registered
 
     class Printer(StreamingQueryListener):
         def __init__(self):
             self.out = out
+            self.recorder = recorder
+            self.seen: set[tuple[str, int]] = set()
+            self.lock = threading.Condition()
 
         def onQueryStarted(self, event):
             pass
 
         def onQueryProgress(self, event):
             p = event.progress
+            self.recorder.on_progress(p.json)
+            with self.lock:
+                self.seen.add((str(p.id), p.batchId))
+                self.lock.notify_all()
             if p.numInputRows:
                 print(
                     f"{p.name} batch {p.batchId}: {p.numInputRows:,} rows in "
@@ -112,9 +124,15 @@ def _progress_printer(spark: SparkSession, out: TextIO):
         def onQueryTerminated(self, event):
             pass
 
+        def wait_for(self, query_id: str, batch_id: int, timeout: float = 30.0) -> bool:
+            """Wait until the progress of that batch was recorded (events come async)."""
+            with self.lock:
+                return self.lock.wait_for(lambda: (query_id, batch_id) in self.seen, timeout)
+
     printer = Printer()
     spark.streams.addListener(printer)
     spark._lakehouse_progress = printer
+    return printer
 
 
 def read_input(
@@ -213,7 +231,7 @@ def run_flows(
     :class:`FlowFailed` naming the flow."""
     out = out or sys.stderr
     store = table_store(spark, settings)
-    _progress_printer(spark, out)
+    listener = _progress_listener(spark, out, ProgressRecorder(settings))
     queries: dict[str, StreamingQuery] = {}
     started = time.monotonic()
     try:
@@ -226,6 +244,10 @@ def run_flows(
         for query in queries.values():
             if query.isActive:
                 query.stop()
+    for query in queries.values():  # ops.stream_progress is complete when the run returns
+        last = query.lastProgress
+        if last is not None and not listener.wait_for(str(query.id), last["batchId"]):
+            log.warning("progress of %s batch %s not recorded in time", query.name, last["batchId"])
     reports = []
     for name, query in queries.items():
         progress = query.recentProgress

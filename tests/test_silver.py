@@ -100,6 +100,15 @@ def test_duplicates_within_the_watermark_are_dropped_and_state_expires(spark, se
     assert report.batches == 5
     # the books: 9 bronze rows = 7 in silver + 1 duplicate dropped + 1 late row dropped
     assert (report.duplicates, report.late_rows) == (1, 1)
+    # and ops.stream_progress holds every micro-batch with the same figures
+    progress = store.read("ops.stream_progress").where("flow = 'silver.events'").collect()
+    assert sorted(r.batch_id for r in progress) == list(range(len(progress)))
+    assert {r.operator for r in progress} == {"dedupeWithinWatermark"}
+    assert sum(r.duplicates_dropped for r in progress) == 1
+    assert sum(r.rows_dropped_by_watermark for r in progress) == 1
+    last = max(progress, key=lambda r: r.batch_id)
+    assert last.watermark == dt.datetime(2026, 1, 5, 10, 15)  # 10:25 minus 10 minutes
+    assert sum(r.input_rows for r in progress) == 2 * 9  # both branches read each row
 
 
 def test_drop_rules_send_rows_to_quarantine_with_their_names(spark, settings, store):

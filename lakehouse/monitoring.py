@@ -1,0 +1,123 @@
+"""``ops.stream_progress``: one row per micro-batch and stateful operator of every flow.
+
+The runner's query listener hands each progress event to :class:`ProgressRecorder`, which
+appends its rows to the Delta table with delta-rs from the driver (no Spark job, so recording
+never competes with the flows). A micro-batch without stateful operators gets one row with a
+null operator; a failure to record is logged, never raised into Spark's listener bus.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from typing import Any
+
+import pyarrow as pa
+
+from lakehouse.settings import Settings
+from lakehouse.storage import deltafiles as dfiles
+
+log = logging.getLogger(__name__)
+TABLE = "ops.stream_progress"
+SCHEMA = pa.schema(
+    [
+        ("flow", pa.string()),
+        ("query_id", pa.string()),
+        ("run_id", pa.string()),
+        ("batch_id", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("input_rows", pa.int64()),
+        ("input_rows_per_second", pa.float64()),
+        ("processed_rows_per_second", pa.float64()),
+        ("batch_duration_ms", pa.int64()),
+        ("durations_ms", pa.string()),  # JSON: addBatch, getBatch, queryPlanning, walCommit, ...
+        ("watermark", pa.timestamp("us", tz="UTC")),
+        ("operator", pa.string()),
+        ("operator_index", pa.int32()),
+        ("state_rows", pa.int64()),
+        ("state_rows_updated", pa.int64()),
+        ("state_rows_removed", pa.int64()),
+        ("state_memory_bytes", pa.int64()),
+        ("rows_dropped_by_watermark", pa.int64()),
+        ("duplicates_dropped", pa.int64()),
+    ]
+)
+
+
+def _time(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _float(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number == number else None  # NaN (no rows yet) as null
+
+
+def progress_rows(progress: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of one progress event (the dict of ``StreamingQueryProgress.json``)."""
+    base = {
+        "flow": progress.get("name"),
+        "query_id": progress.get("id"),
+        "run_id": progress.get("runId"),
+        "batch_id": progress.get("batchId"),
+        "timestamp": _time(progress.get("timestamp")),
+        "input_rows": progress.get("numInputRows"),
+        "input_rows_per_second": _float(progress.get("inputRowsPerSecond")),
+        "processed_rows_per_second": _float(progress.get("processedRowsPerSecond")),
+        "batch_duration_ms": progress.get("batchDuration"),
+        "durations_ms": json.dumps(progress.get("durationMs") or {}, sort_keys=True),
+        "watermark": _time((progress.get("eventTime") or {}).get("watermark")),
+    }
+    operators = progress.get("stateOperators") or []
+    if not operators:
+        return [{**base, "operator": None, "operator_index": None}]
+    rows = []
+    for index, op in enumerate(operators):
+        rows.append(
+            {
+                **base,
+                "operator": op.get("operatorName"),
+                "operator_index": index,
+                "state_rows": op.get("numRowsTotal"),
+                "state_rows_updated": op.get("numRowsUpdated"),
+                "state_rows_removed": op.get("numRowsRemoved"),
+                "state_memory_bytes": op.get("memoryUsedBytes"),
+                "rows_dropped_by_watermark": op.get("numRowsDroppedByWatermark"),
+                "duplicates_dropped": (op.get("customMetrics") or {}).get(
+                    "numDroppedDuplicateRows"
+                ),
+            }
+        )
+    return rows
+
+
+class ProgressRecorder:
+    """Appends progress rows to ops.stream_progress under a lake root."""
+
+    def __init__(self, settings: Settings):
+        self.root = str(settings.table_path(TABLE).absolute())
+
+    def record(self, progress: dict[str, Any]) -> None:
+        rows = progress_rows(progress)
+        table = pa.Table.from_pylist(rows, schema=SCHEMA)
+        writer = dfiles.DataFileWriter(self.root, SCHEMA)
+        try:
+            for batch in table.to_batches():
+                writer.write(batch)
+            files = writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        dfiles.commit_files(self.root, files, SCHEMA, operation="STREAM PROGRESS")
+
+    def on_progress(self, progress_json: str) -> None:
+        try:
+            self.record(json.loads(progress_json))
+        except Exception as exc:  # monitoring must never break a flow
+            log.warning("could not record stream progress in %s: %s", TABLE, exc)
