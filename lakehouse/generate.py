@@ -170,6 +170,12 @@ def _uniform(name: str, seed: int, k: int) -> dict[str, Any]:
     return {"colName": name, "colType": "double", "expr": _rand(seed, k), "omit": True}
 
 
+def _skewed_user(unit: str, users: int) -> str:
+    """A user id in 1..users from a uniform ``unit``: low ids are the heavy users (user 1 gets
+    about 1/sqrt(users) of the draws)."""
+    return f"1 + cast(floor({users} * pow({unit}, 2)) as bigint)"
+
+
 def _unit(column: str, salt: int) -> str:
     """A uniform number in [0, 1) that is a pure function of ``column`` (a hash, not a draw)."""
     return f"(pmod(xxhash64({column}, {salt}), 1000003) / 1000003.0)"
@@ -215,7 +221,7 @@ def events_spec(
             "user_id",
             "long",
             baseColumn="session",
-            expr=f"1 + cast(floor({users} * pow({_unit('session', seed)}, 2)) as bigint)",
+            expr=_skewed_user(_unit("session", seed), users),
         )
         .withColumn(**_uniform("offset", seed, 2))
         .withColumn(
@@ -322,7 +328,7 @@ def impressions_spec(
             "user_id",
             "long",
             baseColumn="user_pick",
-            expr=f"1 + cast(floor({users} * pow(user_pick, 2)) as bigint)",
+            expr=_skewed_user("user_pick", users),
         )
         .withColumn(**_uniform("time_pick", seed, 13))
         .withColumn(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    DoubleType,
     LongType,
     StringType,
     StructField,
@@ -12,6 +11,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from bronze.sources import SCHEMAS
 from lakehouse.flows import Flow, Output, TableInput
 from lakehouse.quality import RESULTS_TABLE, enforce_fail_rules, validate
 from silver import attribution, events, quarantine
@@ -27,19 +27,8 @@ ATTRIBUTION_SCHEMA = StructType(
         StructField("click_time", TimestampType()),
     ]
 )
-EVENTS_SCHEMA = StructType(
-    [
-        StructField("event_id", StringType()),
-        StructField("user_id", LongType()),
-        StructField("event_type", StringType()),
-        StructField("page", StringType()),
-        StructField("amount", DoubleType()),
-        StructField("event_time", TimestampType()),
-        StructField("device", StringType()),
-        StructField("country", StringType()),
-        StructField("_source_file", StringType()),
-    ]
-)
+# the bronze fields of the contract, cleaned, plus the landing file they came from
+EVENTS_SCHEMA = StructType([*SCHEMAS["events"].fields, StructField("_source_file", StringType())])
 
 
 def _check_events(batch, batch_id: int):

@@ -15,7 +15,7 @@ from pyspark.testing import assertDataFrameEqual
 from bronze.sources import table_schema
 from lakehouse import generate as gen
 from lakehouse.progress import Progress
-from lakehouse.quality import Rule, RuleError, load_rules
+from lakehouse.quality import Rule, RuleError, enforce_fail_rules, load_rules
 from lakehouse.runner import FlowFailed, run_flows, run_layers
 from silver import events
 from silver.flows import FLOWS
@@ -203,7 +203,7 @@ def test_a_fail_rule_stops_the_flow_naming_rule_table_and_count(spark, settings,
     flow = dataclasses.replace(
         EVENTS_FLOW,
         transform=partial(events.silver_events, quality=strict),
-        before_write=lambda batch, _id: __import__("lakehouse.quality").quality.enforce_fail_rules(
+        before_write=lambda batch, _id: enforce_fail_rules(
             batch.where("_route = 'silver.events'"), strict, "silver.events"
         ),
     )

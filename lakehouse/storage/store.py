@@ -94,8 +94,7 @@ class TableStore(ABC):
     ) -> None:
         """Batch write. ``txn`` = (app id, version) makes the write idempotent: it is skipped
         when the table already records that version for that app (a replayed micro-batch)."""
-        if mode not in ("append", "overwrite"):
-            raise ValueError(f"write mode must be append or overwrite; got {mode!r}")
+        _check_write_mode(mode)
         writer = self._named(df.write.format(self.format), name).mode(mode)
         if partition_by:
             writer = self._partitioned(writer, partition_by)
@@ -224,8 +223,7 @@ class EmbeddedStore(TableStore):
 
         from lakehouse.storage.sparkfiles import write_parquet
 
-        if mode not in ("append", "overwrite"):
-            raise ValueError(f"write mode must be append or overwrite; got {mode!r}")
+        _check_write_mode(mode)
         root = str(self.path(name))
         app_id, version = txn if txn else (None, None)
         if (
@@ -400,6 +398,11 @@ def _remove_uncommitted(root: str, files: Sequence[dfiles.AddedFile], txn) -> No
         log.warning("could not check whether files of a failed commit to %s landed", root)
         return
     dfiles.delete_files(root, [f.path for f in files])
+
+
+def _check_write_mode(mode: str) -> None:
+    if mode not in ("append", "overwrite"):
+        raise ValueError(f"write mode must be append or overwrite; got {mode!r}")
 
 
 def _stream_writer(
