@@ -98,7 +98,7 @@ def _progress_listener(spark: SparkSession, out: TextIO, recorder: ProgressRecor
         def __init__(self):
             self.out = out
             self.recorder = recorder
-            self.seen: set[tuple[str, int]] = set()
+            self.ended: set[str] = set()  # run ids of the queries that terminated
             self.lock = threading.Condition()
 
         def onQueryStarted(self, event):
@@ -107,9 +107,6 @@ def _progress_listener(spark: SparkSession, out: TextIO, recorder: ProgressRecor
         def onQueryProgress(self, event):
             p = event.progress
             self.recorder.on_progress(p.json)
-            with self.lock:
-                self.seen.add((str(p.id), p.batchId))
-                self.lock.notify_all()
             if p.numInputRows:
                 print(
                     f"{p.name} batch {p.batchId}: {p.numInputRows:,} rows in "
@@ -122,12 +119,15 @@ def _progress_listener(spark: SparkSession, out: TextIO, recorder: ProgressRecor
             pass
 
         def onQueryTerminated(self, event):
-            pass
-
-        def wait_for(self, query_id: str, batch_id: int, timeout: float = 30.0) -> bool:
-            """Wait until the progress of that batch was recorded (events come async)."""
             with self.lock:
-                return self.lock.wait_for(lambda: (query_id, batch_id) in self.seen, timeout)
+                self.ended.add(str(event.runId))
+                self.lock.notify_all()
+
+        def wait_for(self, run_id: str, timeout: float = 30.0) -> bool:
+            """Wait until the query's termination reached the listener: its events come in
+            order, so every progress of that run has been recorded by then."""
+            with self.lock:
+                return self.lock.wait_for(lambda: run_id in self.ended, timeout)
 
     printer = Printer()
     spark.streams.addListener(printer)
@@ -245,9 +245,8 @@ def run_flows(
             if query.isActive:
                 query.stop()
     for query in queries.values():  # ops.stream_progress is complete when the run returns
-        last = query.lastProgress
-        if last is not None and not listener.wait_for(str(query.id), last["batchId"]):
-            log.warning("progress of %s batch %s not recorded in time", query.name, last["batchId"])
+        if not listener.wait_for(str(query.runId)):
+            log.warning("the progress of %s may not all be recorded yet", query.name)
     reports = []
     for name, query in queries.items():
         progress = query.recentProgress
