@@ -63,19 +63,60 @@ def _demo(spark, store, settings: Settings, events: int) -> int:
         .orderBy("source", "reason")
         .show(truncate=False)
     )
-    silver = reports.get("silver.events")
-    if silver is not None:
-        bronze_rows = store.read("bronze.events").count()
-        kept = store.read("silver.events").count()
-        quarantined = store.read("silver.quarantine").where(F.col("table") == "silver.events")
+    if any(flow.startswith("silver.") for flow in reports):
+        balanced &= _silver_books(store)
+    if not balanced:
+        print("the books do not balance: some rows are not where they should be (see above)")
+        return 1
+    print("the books balance: every landing line is in one place, as the manifest says")
+    return 0
+
+
+SILVER_INPUTS = {
+    "silver.events": ("bronze.events",),
+    "silver.ad_attribution": ("bronze.impressions", "bronze.clicks"),
+}
+
+
+def _silver_books(store) -> bool:
+    """Print, per silver flow and over every run so far: rows in, rows out, what each stateful
+    operator dropped (duplicates, rows behind the watermark; from ops.stream_progress) and the
+    rows quarantined per rule. True when silver.events' books balance."""
+    from pyspark.sql import functions as F
+
+    progress = store.read("ops.stream_progress")
+    quarantine = store.read("silver.quarantine")
+    balanced = True
+    print()
+    print("silver, over every run so far (drops per stateful operator from ops.stream_progress):")
+    for flow, inputs in SILVER_INPUTS.items():
+        if not store.exists(flow):
+            continue
+        rows_in = {name: store.read(name).count() for name in inputs}
+        rows_out = store.read(flow).count()
+        quarantined = quarantine.where(F.col("table") == flow)
         print(
-            f"silver.events, this run: {silver.duplicates:,} duplicates and "
-            f"{silver.late_rows:,} late rows dropped"
+            f"  {flow}: in {' + '.join(f'{n:,} ({t})' for t, n in rows_in.items())}, "
+            f"out {rows_out:,}, quarantined {quarantined.count():,}"
         )
-        print(
-            f"  bronze.events {bronze_rows:,} rows -> silver.events {kept:,} rows, "
-            f"silver.quarantine {quarantined.count():,} rows"
+        operators = (
+            progress.where((F.col("flow") == flow) & F.col("operator").isNotNull())
+            .groupBy("operator_index", "operator")
+            .agg(
+                # a join reports no duplicates: null, counted as none
+                F.coalesce(F.sum("duplicates_dropped"), F.lit(0)).alias("duplicates"),
+                F.coalesce(F.sum("rows_dropped_by_watermark"), F.lit(0)).alias("late"),
+                F.coalesce(F.max("state_rows"), F.lit(0)).alias("peak_state"),
+            )
+            .orderBy("operator_index")
+            .collect()
         )
+        for op in operators:
+            print(
+                f"    operator {op['operator_index']} {op['operator']}: "
+                f"{op['duplicates']:,} duplicates dropped, {op['late']:,} late rows dropped, "
+                f"peak state {op['peak_state']:,} rows"
+            )
         for row in (
             quarantined.select(F.explode("rules").alias("rule"))
             .groupBy("rule")
@@ -83,17 +124,26 @@ def _demo(spark, store, settings: Settings, events: int) -> int:
             .orderBy("rule")
             .collect()
         ):
-            print(f"  quarantined by rule {row['rule']}: {row['count']:,}")
-        results = store.read("ops.quality_results").where("not success")
-        for row in (
-            results.groupBy("rule", "action")
-            .agg(F.sum("unexpected_count").alias("rows"))
-            .orderBy("rule")
-            .collect()
-        ):
-            print(f"  rule {row['rule']} ({row['action']}) failed on {row['rows']:,} row(s)")
-    if not balanced:
-        print("the books do not balance: some landing lines are not where the manifest says")
-        return 1
-    print("every landing line is in bronze or in the quarantine, as the manifest says")
-    return 0
+            print(f"    quarantined by rule {row['rule']}: {row['count']:,}")
+        if flow == "silver.events":  # one input row, at most one output row
+            bronze = rows_in["bronze.events"]
+            dropped = sum(op["duplicates"] + op["late"] for op in operators)
+            accounted = rows_out + quarantined.count() + dropped
+            balanced &= accounted == bronze
+            verdict = "balanced" if accounted == bronze else f"OFF BY {bronze - accounted:,}"
+            print(
+                f"    books: {bronze:,} bronze rows = {rows_out:,} kept + "
+                f"{quarantined.count():,} quarantined + {dropped:,} dropped: {verdict}"
+            )
+    failures = store.read("ops.quality_results").where("not success")
+    for row in (
+        failures.groupBy("table", "rule", "action")
+        .agg(F.sum("unexpected_count").alias("rows"))
+        .orderBy("table", "rule")
+        .collect()
+    ):
+        print(
+            f"  great-expectations: {row['table']} rule {row['rule']} ({row['action']}) "
+            f"failed on {row['rows']:,} row(s)"
+        )
+    return balanced

@@ -7,14 +7,39 @@ streaming query. Layer modules hold nothing but declarations and pure transforms
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lakehouse.settings import LAYERS, Settings, split_table_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
+
+
+T = TypeVar("T")
+SideOutputs = dict[str, "DataFrame | Future[DataFrame | None]"]
+
+
+def in_background(fn: Callable[[], T]) -> Future[T]:
+    """Run ``fn`` in a thread that inherits the caller's Spark job properties; its result as a
+    future. A ``before_write`` uses it for work whose result is only needed after the batch's
+    tables are written (great-expectations' results): that work then overlaps with the writes
+    instead of adding its latency, mostly on the driver, to every micro-batch."""
+    from pyspark import InheritableThread
+
+    future: Future[T] = Future()
+
+    def run() -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+    InheritableThread(target=run, name="lakehouse-background", daemon=True).start()
+    return future
 
 
 @dataclass(frozen=True)
@@ -65,8 +90,9 @@ class Flow:
     # settings the transform needs (e.g. a watermark), as keyword arguments
     params: Callable[[Settings], dict[str, Any]] | None = None
     # called with each micro-batch (and its id) before anything is written: it may raise
-    # (fail rules) and may return side rows for other tables, e.g. {"ops.quality_results": df}
-    before_write: Callable[[DataFrame, int], dict[str, DataFrame] | None] | None = None
+    # (fail rules) and may return side rows for other tables, e.g. {"ops.quality_results": df},
+    # or futures of them (see in_background), written once the main outputs are
+    before_write: Callable[[DataFrame, int], SideOutputs | None] | None = None
 
     def __post_init__(self) -> None:
         layer, _ = split_table_name(self.name)

@@ -21,6 +21,7 @@ may be at most that far after the time the micro-batch is validated.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -161,6 +162,8 @@ def flag(df: DataFrame, rules: Sequence[Rule], now: dt.datetime | None = None) -
     """Add ``_failed_rules``: the names of the rules each row breaks (empty when none)."""
     from pyspark.sql import functions as F
 
+    if not rules:  # typed, so that a flow without rules still writes its quarantine schema
+        return df.withColumn(FAILED, F.array().cast("array<string>"))
     broken = [F.when(~r.passes(now), F.lit(r.name)) for r in rules]
     return df.withColumn(FAILED, F.filter(F.array(*broken), lambda n: n.isNotNull()))
 
@@ -199,6 +202,7 @@ def enforce_fail_rules(flagged: DataFrame, rules: Sequence[Rule], table: str) ->
 
 RESULTS_TABLE = "ops.quality_results"
 _GX: dict[str, Any] = {}
+_GX_LOCK = threading.Lock()  # one validation at a time: flows validate from their own threads
 
 
 def results_schema():
@@ -288,6 +292,11 @@ def expectation(rule: Rule, now: dt.datetime):
 
 def validate(batch: DataFrame, rules: Sequence[Rule], table: str, batch_id: int) -> DataFrame:
     """Validate a (cached) micro-batch with great-expectations; one result row per rule."""
+    with _GX_LOCK:
+        return _validate(batch, rules, table, batch_id)
+
+
+def _validate(batch: DataFrame, rules: Sequence[Rule], table: str, batch_id: int) -> DataFrame:
     import great_expectations as gx
 
     definition = _batch_definition(table)  # the context must exist before a suite is made

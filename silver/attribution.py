@@ -14,8 +14,8 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.quality import Rule, dropped, flag, load_rules
-from silver.quarantine import ROUTE, to_quarantine
+from lakehouse.quality import FAILED, Rule, dropped, flag, load_rules
+from silver.quarantine import ROUTE, SIDE, to_quarantine
 
 TABLE = "silver.ad_attribution"
 RULES = Path(__file__).with_name("rules")
@@ -28,6 +28,8 @@ COLUMNS = (
     "click_id",
     "click_time",
 )
+IMPRESSION_COLUMNS = ("impression_id", "ad_id", "campaign_id", "user_id", "impression_time")
+CLICK_COLUMNS = ("click_id", "impression_id", "ad_id", "user_id", "click_time")
 CLICK_WINDOW = "1 hour"
 
 
@@ -46,20 +48,11 @@ def attribution(
     impressions_watermark: str,
     clicks_watermark: str,
 ) -> DataFrame:
-    """The routed stream: silver.ad_attribution rows and silver.quarantine rows (``_route``)."""
+    """The routed stream (``_route``): silver.ad_attribution rows, then every input row of
+    both sides (``_side``) as a silver.quarantine row or a row only to validate."""
     imp_rules, clk_rules = impression_rules(), click_rules()
-    imp = flag(
-        impressions.select(
-            "impression_id", "ad_id", "campaign_id", "user_id", "impression_time", "_source_file"
-        ),
-        imp_rules,
-    )
-    clk = flag(
-        clicks.select(
-            "click_id", "impression_id", "ad_id", "user_id", "click_time", "_source_file"
-        ),
-        clk_rules,
-    )
+    imp = flag(impressions.select(*IMPRESSION_COLUMNS, "_source_file"), imp_rules)
+    clk = flag(clicks.select(*CLICK_COLUMNS, "_source_file"), clk_rules)
     imp_bad, clk_bad = dropped(imp_rules), dropped(clk_rules)
     i = (
         imp.where(~imp_bad)
@@ -81,19 +74,35 @@ def attribution(
         ),
         "leftOuter",
     ).select(
-        *[
-            F.col(f"i.{n}")
-            for n in ("impression_id", "ad_id", "campaign_id", "user_id", "impression_time")
-        ],
+        *[F.col(f"i.{n}") for n in IMPRESSION_COLUMNS],
         F.col("c.click_id"),
         F.col("c.click_time"),
         F.col("i._source_file"),
         F.lit(TABLE).alias(ROUTE),
     )
-    quarantined = to_quarantine(imp.where(imp_bad), TABLE).unionByName(
-        to_quarantine(clk.where(clk_bad), TABLE), allowMissingColumns=True
+    # every input row once more, outside the join: the bad ones to quarantine, the others kept
+    # in the micro-batch for great-expectations to see the whole input of both sides
+    checked = to_quarantine(imp.withColumn(SIDE, F.lit("impressions")), TABLE, imp_bad)
+    checked = checked.unionByName(
+        to_quarantine(clk.withColumn(SIDE, F.lit("clicks")), TABLE, clk_bad),
+        allowMissingColumns=True,
     )
-    return joined.unionByName(quarantined, allowMissingColumns=True)
+    return joined.unionByName(checked, allowMissingColumns=True)
+
+
+SIDES = {  # input name: (its columns, its rules)
+    "impressions": (IMPRESSION_COLUMNS, impression_rules),
+    "clicks": (CLICK_COLUMNS, click_rules),
+}
+
+
+def side_rows(routed: DataFrame, side: str) -> DataFrame:
+    """The input rows of one side in a routed micro-batch (kept or quarantined), with the
+    rules each broke."""
+    columns, _rules = SIDES[side]
+    return routed.where(F.col(SIDE) == side).select(
+        *columns, F.col("_q_rules").alias(FAILED), ROUTE
+    )
 
 
 def attribution_rows(routed: DataFrame) -> DataFrame:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from functools import reduce
+
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     LongType,
@@ -12,8 +15,8 @@ from pyspark.sql.types import (
 )
 
 from bronze.sources import SCHEMAS
-from lakehouse.flows import Flow, Output, TableInput
-from lakehouse.quality import RESULTS_TABLE, enforce_fail_rules, validate
+from lakehouse.flows import Flow, Output, TableInput, in_background
+from lakehouse.quality import FAILED, RESULTS_TABLE, enforce_fail_rules, validate
 from silver import attribution, events, quarantine
 
 ATTRIBUTION_SCHEMA = StructType(
@@ -32,15 +35,39 @@ EVENTS_SCHEMA = StructType([*SCHEMAS["events"].fields, StructField("_source_file
 
 
 def _check_events(batch, batch_id: int):
-    """great-expectations results of the batch (every row, kept or quarantined), then the
-    fail rules on the kept rows."""
+    """The fail rules on the kept rows (before anything is written), then, in the background
+    while the batch is written, great-expectations' results of the batch: every row, kept or
+    quarantined (none for a no-data batch, which only moves the watermark)."""
     rules = events.rules()
-    data = batch.select(*events.COLUMNS)
-    if data.isEmpty():  # a no-data batch (watermark and state upkeep): nothing to report
-        return None
-    results = validate(data, rules, events.TABLE, batch_id)
     enforce_fail_rules(batch.where(F.col(quarantine.ROUTE) == events.TABLE), rules, events.TABLE)
-    return {RESULTS_TABLE: results}
+
+    def results():
+        data = batch.select(*events.COLUMNS)
+        return None if data.isEmpty() else validate(data, rules, events.TABLE, batch_id)
+
+    return {RESULTS_TABLE: in_background(results)}
+
+
+def _check_attribution(batch, batch_id: int):
+    """The fail rules on each side's kept rows, then in the background great-expectations'
+    results of each side's input rows in the batch (kept or quarantined)."""
+    sides = {
+        side: (attribution.side_rows(batch, side), rules())
+        for side, (_c, rules) in attribution.SIDES.items()
+    }
+    for rows, rules in sides.values():
+        checked = rows.where(F.col(quarantine.ROUTE) == quarantine.CHECKED)
+        enforce_fail_rules(checked, rules, attribution.TABLE)
+
+    def results():
+        found = [
+            validate(rows.drop(FAILED, quarantine.ROUTE), rules, attribution.TABLE, batch_id)
+            for rows, rules in sides.values()
+            if not rows.isEmpty()
+        ]
+        return reduce(DataFrame.unionByName, found) if found else None
+
+    return {RESULTS_TABLE: in_background(results)}
 
 
 FLOWS = (
@@ -69,5 +96,6 @@ FLOWS = (
             Output(attribution.TABLE, attribution.attribution_rows, ATTRIBUTION_SCHEMA),
             Output(quarantine.TABLE, quarantine.quarantine_rows, quarantine.SCHEMA),
         ),
+        before_write=_check_attribution,
     ),
 )

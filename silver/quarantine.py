@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType, StructField, StructType, TimestampType
 
@@ -10,6 +10,8 @@ from lakehouse.quality import FAILED
 
 TABLE = "silver.quarantine"
 ROUTE = "_route"  # the table a row of a routed silver stream belongs to
+CHECKED = "_checked"  # route of rows kept in a micro-batch to be validated, written nowhere
+SIDE = "_side"  # which input of a flow a quarantined or checked row came from
 SCHEMA = StructType(
     [
         StructField("table", StringType()),
@@ -21,16 +23,24 @@ SCHEMA = StructType(
 )
 
 
-def to_quarantine(rows: DataFrame, table: str) -> DataFrame:
+def to_quarantine(rows: DataFrame, table: str, bad: Column | None = None) -> DataFrame:
     """Flagged rows as quarantine rows: the table they were meant for, the rules they broke,
-    the row itself as JSON; plus the quarantine columns under their own names (to route)."""
-    data = [c for c in rows.columns if c not in (FAILED, "_source_file")]
+    the row itself as JSON; plus the quarantine columns under their own names (to route).
+
+    With ``bad``, every row is kept: those for which it holds as quarantine rows, the others
+    routed :data:`CHECKED`, so that the micro-batch holds every input row for validation."""
+    data = [c for c in rows.columns if not c.startswith("_")]
+    record = F.to_json(F.struct(*data))
+    route = F.lit(TABLE)
+    if bad is not None:
+        record = F.when(bad, record)
+        route = F.when(bad, route).otherwise(F.lit(CHECKED))
     return rows.select(
         *[F.col(c) for c in rows.columns if c != FAILED],
         F.lit(table).alias("_q_table"),
         F.col(FAILED).alias("_q_rules"),
-        F.to_json(F.struct(*data)).alias("_q_record"),
-        F.lit(TABLE).alias(ROUTE),
+        record.alias("_q_record"),
+        route.alias(ROUTE),
     )
 
 

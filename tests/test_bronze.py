@@ -259,6 +259,7 @@ def test_crash_inside_a_micro_batch_then_rerun_writes_each_row_once(
     _assert_books_balance(store, manifest)
 
 
+@pytest.mark.slow
 def test_kill_9_in_the_middle_of_spark_submit_then_rerun(spark, settings, store):
     """``spark-submit jobs/bronze.py`` killed with SIGKILL while micro-batches are in flight;
     the rerun finishes the work with no duplicate and no gap."""

@@ -16,7 +16,7 @@ from bronze.sources import table_schema
 from lakehouse import generate as gen
 from lakehouse.progress import Progress
 from lakehouse.quality import Rule, RuleError, enforce_fail_rules, load_rules
-from lakehouse.runner import FlowFailed, run_flows, run_layers
+from lakehouse.runner import FlowFailed, layer_flows, run_flows, run_layers
 from silver import events
 from silver.flows import FLOWS
 
@@ -225,7 +225,7 @@ def test_rules_file_mistakes_name_the_rule(tmp_path):
     assert len(events.rules()) == 11
 
 
-@pytest.mark.parametrize("max_files", [0, 1])
+@pytest.mark.parametrize("max_files", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_silver_events_equals_a_batch_dedup_of_the_valid_rows(spark, settings, store, max_files):
     """Generated data without late events: whether bronze is read in one micro-batch or a few
     files at a time, and across a restart between two deliveries, silver.events is
@@ -251,6 +251,41 @@ def test_silver_events_equals_a_batch_dedup_of_the_valid_rows(spark, settings, s
         r.duplicates for r in reports
     )
     assertDataFrameEqual(store.read("silver.events").select(*columns), expected)
+
+
+def test_the_books_of_silver_events_balance_with_late_data(spark, settings, store):
+    """Generated data with events later than the watermark, bronze written one landing file
+    per version and silver reading one version per micro-batch: every bronze row is in
+    silver.events, in silver.quarantine, or counted in ops.stream_progress as a duplicate or a
+    late row dropped by the watermark."""
+    # Spark drops a row as late against the watermark of the batch before (so that chained
+    # operators agree): files of 3 minutes keep that lag below the lateness of late events
+    params = gen.params_from_settings(
+        settings, events=1000, hours=0.5, file_minutes=3.0, late_fraction=0.03
+    )
+    gen.generate(
+        spark, settings.root, params, progress=lambda label: Progress(label, io.StringIO())
+    )
+    bronze = settings.with_overrides({"trigger.max_files_per_trigger": 1})
+    run_flows(spark, bronze, [f for f in layer_flows("bronze") if f.name == "bronze.events"])
+    [report] = _silver(spark, settings)
+    progress = (
+        store.read("ops.stream_progress")
+        .where(F.col("flow") == "silver.events")
+        .agg(
+            F.sum("rows_dropped_by_watermark").alias("late"),
+            F.sum("duplicates_dropped").alias("duplicates"),
+        )
+        .first()
+    )
+    bronze_rows = store.read("bronze.events").count()
+    kept = store.read("silver.events")
+    quarantined = store.read("silver.quarantine").where(F.col("table") == "silver.events")
+    # the same figures the run reported, and enough of each kind for the test to mean something
+    assert (progress.late, progress.duplicates) == (report.late_rows, report.duplicates)
+    assert progress.late >= 5 and progress.duplicates >= 5, progress
+    assert bronze_rows == (kept.count() + quarantined.count() + progress.duplicates + progress.late)
+    assert kept.select("event_id").distinct().count() == kept.count()
 
 
 def _imp(impression_id, minute):
@@ -313,3 +348,53 @@ def test_ad_attribution_joins_within_the_hour_and_emits_unmatched_once(spark, se
     )
     row = store.read("silver.ad_attribution").where("impression_id = 'i1'").first()
     assert row.click_time == (T + dt.timedelta(hours=1)).replace(tzinfo=None)
+    # great-expectations saw every input row of each side, kept, duplicate or quarantined
+    results = store.read("ops.quality_results").where(F.col("table") == "silver.ad_attribution")
+    got = {
+        (r.batch_id, r.rule): (r.element_count, r.unexpected_count, r.success)
+        for r in results.collect()
+    }
+    impressions = [r.name for r in load_rules("silver/rules/impressions.toml")]
+    clicks = [r.name for r in load_rules("silver/rules/clicks.toml")]
+    expected_results = {
+        **{
+            (0, name): (5, int(name == "ad_id_present"), name != "ad_id_present")
+            for name in impressions
+        },
+        **{(0, name): (3, 0, True) for name in clicks},
+        **{(2, name): (1, 0, True) for name in impressions + clicks},  # 1: no data
+    }
+    assert got == expected_results
+
+
+@pytest.mark.slow
+def test_the_demo_prints_the_books_of_bronze_and_silver(spark, settings, store, capsys):
+    from lakehouse.demo import _demo
+
+    assert _demo(spark, store, settings, 2000) == 0
+    out = capsys.readouterr().out
+    bronze = store.read("bronze.events").count()
+    kept = store.read("silver.events").count()
+    quarantined = store.read("silver.quarantine").where(F.col("table") == "silver.events").count()
+    assert (
+        f"books: {bronze:,} bronze rows = {kept:,} kept + {quarantined:,} quarantined + "
+        f"{bronze - kept - quarantined:,} dropped: balanced"
+    ) in out
+    impressions, clicks = (store.read(f"bronze.{s}").count() for s in ("impressions", "clicks"))
+    attributed = store.read("silver.ad_attribution").count()
+    assert (
+        f"silver.ad_attribution: in {impressions:,} (bronze.impressions) + {clicks:,} "
+        f"(bronze.clicks), out {attributed:,}"
+    ) in out
+    operators = [
+        line.split(":")[0].strip()
+        for line in out.splitlines()
+        if line.strip().startswith("operator ")
+    ]
+    assert operators == [
+        "operator 0 dedupeWithinWatermark",
+        "operator 0 symmetricHashJoin",
+        "operator 1 dedupeWithinWatermark",
+        "operator 2 dedupeWithinWatermark",
+    ]
+    assert out.rstrip().endswith("every landing line is in one place, as the manifest says")

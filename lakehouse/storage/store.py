@@ -13,6 +13,7 @@ import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
     from pyspark.sql.types import StructType
+
+    from lakehouse.flows import SideOutputs
 
 log = logging.getLogger(__name__)
 OUTPUT_MODES = ("append", "complete", "update")
@@ -155,13 +158,14 @@ class TableStore(ABC):
         *,
         trigger: dict[str, Any] | None = None,
         query_name: str | None = None,
-        before_write: Callable[[DataFrame, int], dict[str, DataFrame] | None] | None = None,
+        before_write: Callable[[DataFrame, int], SideOutputs | None] | None = None,
     ) -> StreamingQuery:
         """Start a streaming query appending each micro-batch to several tables: table ``name``
         gets ``rows(batch)`` (partitioned by the route's columns). Each table records the batch in its own app transaction, so after
         a crash between two tables the replayed batch only writes the tables that missed it.
         ``before_write(batch, batch_id)`` runs first (it may raise to stop the query) and may
-        return more rows to append to other tables ({table: rows}), written the same way."""
+        return more rows to append to other tables ({table: rows, or a future of them}),
+        written the same way after the routes."""
         for name, _rows, _partition_by in routes:
             split_table_name(name)
         app_ids: list[str] = []
@@ -170,7 +174,10 @@ class TableStore(ABC):
             if not app_ids:
                 app_ids.append(dfiles.app_id_for_checkpoint(checkpoint))
             batch = batch.persist()  # each table's rows come from one evaluation of the batch
+            side = {}
             try:
+                if before_write:  # computed once, before anything (maybe in parallel) reads it
+                    batch.count()
                 side = (before_write(batch, batch_id) if before_write else None) or {}
                 for name, rows, partition_by in routes:
                     self.write(
@@ -178,8 +185,13 @@ class TableStore(ABC):
                     )
                     failpoint(f"after-write:{name}")
                 for name, rows_df in side.items():
-                    self.write(rows_df, name, txn=(app_ids[0], batch_id))
+                    if isinstance(rows_df, Future):
+                        rows_df = rows_df.result()
+                    if rows_df is not None:
+                        self.write(rows_df, name, txn=(app_ids[0], batch_id))
             finally:
+                # background work on the batch ends before its cached data goes
+                wait([f for f in side.values() if isinstance(f, Future)])
                 batch.unpersist()
 
         writer = _stream_writer(df, "append", checkpoint, trigger, query_name)
