@@ -302,6 +302,7 @@ def test_kill_9_in_the_middle_of_spark_submit_then_rerun(spark, settings, store)
     [
         ("bronze", "landing folder {root}/landing/events does not exist; check --root"),
         ("silver", "input table bronze.events does not exist at {root}/tables/bronze/events"),
+        ("gold", "input table silver.events does not exist at {root}/tables/silver/events"),
     ],
 )
 def test_spark_submit_job_runs_the_layer(settings, tmp_path, layer, message):
@@ -328,9 +329,13 @@ def test_spark_submit_job_runs_the_layer(settings, tmp_path, layer, message):
     assert f"lakehouse: error: {message.format(root=tmp_path / 'nowhere')}" in output
 
 
-def test_run_a_layer_without_flows_gets_one_line(tmp_path, capsys):
+def test_run_a_layer_before_its_input_exists_gets_one_line(tmp_path, capsys):
     from lakehouse.cli import main
 
     args = ["run", "--layer", "gold", "--root", str(tmp_path), "--profile", "test"]
     assert main(args) == 2
-    assert capsys.readouterr().err == "lakehouse: error: the gold layer declares no flows yet\n"
+    table = tmp_path / "tables" / "silver" / "events"
+    assert capsys.readouterr().err == (
+        f"lakehouse: error: input table silver.events does not exist at {table}; "
+        "run the layer that writes it first\n"
+    )

@@ -1,0 +1,54 @@
+"""gold.sessions: one row per user session, from ``session_window`` over silver.events.
+
+A session is a maximal run of one user's events in which consecutive events are at most
+15 minutes apart (a gap of exactly 15 minutes stays in one session); it ends at its last
+event time plus 15 minutes. In append mode a session comes out once, when the watermark has
+passed its end: no later event can extend it then.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DoubleType,
+    LongType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+TABLE = "gold.sessions"
+GAP = "15 minutes"
+SCHEMA = StructType(
+    [
+        StructField("user_id", LongType()),
+        StructField("session_start", TimestampType()),
+        StructField("session_end", TimestampType()),
+        StructField("events", LongType()),
+        StructField("purchases", LongType()),
+        StructField("revenue", DoubleType()),
+    ]
+)
+
+
+def sessions(events: DataFrame, *, watermark: str, gap: str = GAP) -> DataFrame:
+    """Sessions of each user from a stream of silver.events rows."""
+    purchase = F.col("event_type") == "purchase"
+    return (
+        events.withWatermark("event_time", watermark)
+        .groupBy("user_id", F.session_window("event_time", gap).alias("session"))
+        .agg(
+            F.count(F.lit(1)).alias("events"),
+            F.count(F.when(purchase, 1)).alias("purchases"),
+            F.coalesce(F.sum(F.when(purchase, F.col("amount"))), F.lit(0.0)).alias("revenue"),
+        )
+        .select(
+            "user_id",
+            F.col("session.start").alias("session_start"),
+            F.col("session.end").alias("session_end"),
+            "events",
+            "purchases",
+            "revenue",
+        )
+    )

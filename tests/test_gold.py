@@ -1,0 +1,123 @@
+"""Gold flows on crafted silver rows with known answers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import itertools
+
+from pyspark.sql import Row
+from pyspark.testing import assertDataFrameEqual
+
+from gold.flows import FLOWS
+from lakehouse.runner import run_flows
+from silver.flows import EVENTS_SCHEMA
+
+UTC = dt.UTC
+T = dt.datetime(2026, 1, 5, 10, 0)  # naive: how Spark returns timestamps (session time zone UTC)
+_ids = itertools.count()
+
+
+def _event(user_id, minute, *, event_type="page_view", amount=None):
+    return (
+        f"e{next(_ids)}",
+        user_id,
+        event_type,
+        "/",
+        amount,
+        (T + dt.timedelta(minutes=minute)).replace(tzinfo=UTC),
+        "web",
+        "US",
+        "f",
+    )
+
+
+def _deliver(spark, store, settings, flow, *versions):
+    """Each list of rows becomes one silver.events version (one micro-batch), then the flow
+    runs in available-now mode."""
+    store.create("silver.events", EVENTS_SCHEMA)
+    for rows in versions:
+        store.write(spark.createDataFrame(rows, EVENTS_SCHEMA).coalesce(1), "silver.events")
+    one = settings.with_overrides({"trigger.max_files_per_trigger": 1})
+    return run_flows(spark, one, [flow], out=io.StringIO())
+
+
+def _at(minute):
+    return T + dt.timedelta(minutes=minute)
+
+
+def test_sessions_span_batches_keep_a_15_minute_gap_and_come_out_once_closed(
+    spark, settings, store
+):
+    """Watermark 10 minutes. u1's session spans three micro-batches; u2's events are exactly
+    15 minutes apart (one session); u4's second event is 6 minutes older than its first
+    (out of order, within the lateness); u3 has two sessions in one batch. Nothing comes out
+    while the watermark is before a session's end; u9's session is still open at the end."""
+    flow = next(f for f in FLOWS if f.name == "gold.sessions")
+    _deliver(
+        spark,
+        store,
+        settings,
+        flow,
+        [_event(1, 0), _event(2, 0), _event(4, 8)],  # watermark -> 09:58
+        [_event(1, 10), _event(2, 15), _event(4, 2)],  # watermark -> 10:05
+    )
+    assert store.read("gold.sessions").count() == 0  # every session may still grow
+    _deliver(
+        spark,
+        store,
+        settings,
+        flow,
+        [
+            _event(1, 20),
+            _event(3, 10),
+            _event(3, 12, event_type="purchase", amount=12.5),
+            _event(3, 40),
+        ],
+        [_event(9, 120)],  # watermark -> 11:50: every session above is closed
+    )
+    assertDataFrameEqual(
+        store.read("gold.sessions"),
+        [
+            Row(
+                user_id=1,
+                session_start=_at(0),
+                session_end=_at(35),
+                events=3,
+                purchases=0,
+                revenue=0.0,
+            ),
+            Row(
+                user_id=2,
+                session_start=_at(0),
+                session_end=_at(30),
+                events=2,
+                purchases=0,
+                revenue=0.0,
+            ),
+            Row(
+                user_id=3,
+                session_start=_at(10),
+                session_end=_at(27),
+                events=2,
+                purchases=1,
+                revenue=12.5,
+            ),
+            Row(
+                user_id=3,
+                session_start=_at(40),
+                session_end=_at(55),
+                events=1,
+                purchases=0,
+                revenue=0.0,
+            ),
+            Row(
+                user_id=4,
+                session_start=_at(2),
+                session_end=_at(23),
+                events=2,
+                purchases=0,
+                revenue=0.0,
+            ),
+        ],
+    )
