@@ -121,3 +121,53 @@ def test_sessions_span_batches_keep_a_15_minute_gap_and_come_out_once_closed(
             ),
         ],
     )
+
+
+def test_hourly_activity_chains_5_minute_windows_into_hours(spark, settings, store):
+    """u1: 3 events in 10:00-10:05, 1 in 10:05-10:10, 2 in 10:55-11:00 (hour 10), 1 at 11:20
+    (hour 11); u2: 1 event at 10:30. The hour 10 rows come out once the watermark passes
+    11:00 (an event at 12:30), hour 11 of u1 once it passes 12:00; u3's hour 12 stays open."""
+    flow = next(f for f in FLOWS if f.name == "gold.user_activity_hourly")
+    _deliver(
+        spark,
+        store,
+        settings,
+        flow,
+        [_event(1, 0), _event(1, 1), _event(1, 4), _event(1, 7), _event(2, 30)],
+        [_event(1, 55), _event(1, 59)],
+    )
+    assert store.read("gold.user_activity_hourly").count() == 0  # no hour is closed yet
+    _deliver(spark, store, settings, flow, [_event(1, 80)], [_event(3, 150)])
+    hour = dt.timedelta(hours=1)
+    assertDataFrameEqual(
+        store.read("gold.user_activity_hourly"),
+        [
+            Row(
+                user_id=1,
+                hour_start=_at(0),
+                hour_end=_at(0) + hour,
+                events=6,
+                active_5m_windows=3,
+                mean_events_per_5m=2.0,
+                max_events_per_5m=3,
+            ),
+            Row(
+                user_id=2,
+                hour_start=_at(0),
+                hour_end=_at(0) + hour,
+                events=1,
+                active_5m_windows=1,
+                mean_events_per_5m=1.0,
+                max_events_per_5m=1,
+            ),
+            Row(
+                user_id=1,
+                hour_start=_at(60),
+                hour_end=_at(60) + hour,
+                events=1,
+                active_5m_windows=1,
+                mean_events_per_5m=1.0,
+                max_events_per_5m=1,
+            ),
+        ],
+    )
