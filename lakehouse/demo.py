@@ -95,9 +95,10 @@ def _silver_books(store) -> bool:
         rows_in = {name: store.read(name).count() for name in inputs}
         rows_out = store.read(flow).count()
         quarantined = quarantine.where(F.col("table") == flow)
+        quarantined_rows = quarantined.count()
         print(
             f"  {flow}: in {' + '.join(f'{n:,} ({t})' for t, n in rows_in.items())}, "
-            f"out {rows_out:,}, quarantined {quarantined.count():,}"
+            f"out {rows_out:,}, quarantined {quarantined_rows:,}"
         )
         operators = (
             progress.where((F.col("flow") == flow) & F.col("operator").isNotNull())
@@ -128,12 +129,12 @@ def _silver_books(store) -> bool:
         if flow == "silver.events":  # one input row, at most one output row
             bronze = rows_in["bronze.events"]
             dropped = sum(op["duplicates"] + op["late"] for op in operators)
-            accounted = rows_out + quarantined.count() + dropped
+            accounted = rows_out + quarantined_rows + dropped
             balanced &= accounted == bronze
             verdict = "balanced" if accounted == bronze else f"OFF BY {bronze - accounted:,}"
             print(
                 f"    books: {bronze:,} bronze rows = {rows_out:,} kept + "
-                f"{quarantined.count():,} quarantined + {dropped:,} dropped: {verdict}"
+                f"{quarantined_rows:,} quarantined + {dropped:,} dropped: {verdict}"
             )
     failures = store.read("ops.quality_results").where("not success")
     for row in (

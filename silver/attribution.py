@@ -13,21 +13,25 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from lakehouse.quality import FAILED, Rule, dropped, flag, load_rules
 from silver.quarantine import ROUTE, SIDE, to_quarantine
 
 TABLE = "silver.ad_attribution"
 RULES = Path(__file__).with_name("rules")
-COLUMNS = (
-    "impression_id",
-    "ad_id",
-    "campaign_id",
-    "user_id",
-    "impression_time",
-    "click_id",
-    "click_time",
+SCHEMA = StructType(
+    [
+        StructField("impression_id", StringType()),
+        StructField("ad_id", LongType()),
+        StructField("campaign_id", LongType()),
+        StructField("user_id", LongType()),
+        StructField("impression_time", TimestampType()),
+        StructField("click_id", StringType()),
+        StructField("click_time", TimestampType()),
+    ]
 )
+COLUMNS = tuple(SCHEMA.fieldNames())
 IMPRESSION_COLUMNS = ("impression_id", "ad_id", "campaign_id", "user_id", "impression_time")
 CLICK_COLUMNS = ("click_id", "impression_id", "ad_id", "user_id", "click_time")
 CLICK_WINDOW = "1 hour"

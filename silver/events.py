@@ -13,23 +13,17 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
 
+from bronze.sources import SCHEMAS
 from lakehouse.quality import FAILED, Rule, dropped, flag, load_rules
 from silver.quarantine import ROUTE, to_quarantine
 
 RULES_FILE = Path(__file__).with_name("rules") / "events.toml"
 TABLE = "silver.events"
-COLUMNS = (
-    "event_id",
-    "user_id",
-    "event_type",
-    "page",
-    "amount",
-    "event_time",
-    "device",
-    "country",
-    "_source_file",
-)
+# the bronze fields of the contract, cleaned, plus the landing file they came from
+SCHEMA = StructType([*SCHEMAS["events"].fields, StructField("_source_file", StringType())])
+COLUMNS = tuple(SCHEMA.fieldNames())
 
 
 def rules() -> tuple[Rule, ...]:

@@ -6,32 +6,10 @@ from functools import reduce
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
-from bronze.sources import SCHEMAS
 from lakehouse.flows import Flow, Output, TableInput, in_background
 from lakehouse.quality import FAILED, RESULTS_TABLE, enforce_fail_rules, validate
 from silver import attribution, events, quarantine
-
-ATTRIBUTION_SCHEMA = StructType(
-    [
-        StructField("impression_id", StringType()),
-        StructField("ad_id", LongType()),
-        StructField("campaign_id", LongType()),
-        StructField("user_id", LongType()),
-        StructField("impression_time", TimestampType()),
-        StructField("click_id", StringType()),
-        StructField("click_time", TimestampType()),
-    ]
-)
-# the bronze fields of the contract, cleaned, plus the landing file they came from
-EVENTS_SCHEMA = StructType([*SCHEMAS["events"].fields, StructField("_source_file", StringType())])
 
 
 def _check_events(batch, batch_id: int):
@@ -78,7 +56,7 @@ FLOWS = (
         transform=events.silver_events,
         params=lambda settings: {"watermark": settings.watermarks.events},
         outputs=(
-            Output(events.TABLE, events.events_rows, EVENTS_SCHEMA),
+            Output(events.TABLE, events.events_rows, events.SCHEMA),
             Output(quarantine.TABLE, quarantine.quarantine_rows, quarantine.SCHEMA),
         ),
         before_write=_check_events,
@@ -93,7 +71,7 @@ FLOWS = (
             "clicks_watermark": settings.watermarks.clicks,
         },
         outputs=(
-            Output(attribution.TABLE, attribution.attribution_rows, ATTRIBUTION_SCHEMA),
+            Output(attribution.TABLE, attribution.attribution_rows, attribution.SCHEMA),
             Output(quarantine.TABLE, quarantine.quarantine_rows, quarantine.SCHEMA),
         ),
         before_write=_check_attribution,

@@ -11,7 +11,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from gold.flows import FLOWS
 from lakehouse.runner import run_flows
-from silver.flows import EVENTS_SCHEMA
+from silver.events import SCHEMA as EVENTS_SCHEMA
 
 UTC = dt.UTC
 T = dt.datetime(2026, 1, 5, 10, 0)  # naive: how Spark returns timestamps (session time zone UTC)
