@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gold import activity, sessions
+from gold import activity, custom_sessions, sessions
 from lakehouse.flows import Flow, Output, TableInput
 
 FLOWS = (
@@ -21,5 +21,29 @@ FLOWS = (
         transform=activity.hourly_activity,
         params=lambda settings: {"watermark": settings.watermarks.events},
         outputs=(Output(activity.HOURLY_TABLE, schema=activity.HOURLY_SCHEMA),),
+    ),
+    Flow(
+        name="gold.sessions_custom",
+        description="sessions from a transformWithStateInPandas processor, chained into "
+        "hourly session statistics, one query",
+        inputs=(TableInput("silver.events"),),
+        transform=custom_sessions.sessions_and_hourly_stats,
+        params=lambda settings: {
+            "watermark": settings.watermarks.events,
+            "max_pages": settings.gold.session_max_pages,
+        },
+        seed_table=lambda settings: settings.gold.sessions_seed_table,
+        outputs=(
+            Output(
+                custom_sessions.TABLE,
+                rows=custom_sessions.session_rows,
+                schema=custom_sessions.SCHEMA,
+            ),
+            Output(
+                custom_sessions.STATS_TABLE,
+                rows=custom_sessions.stats_rows,
+                schema=custom_sessions.STATS_SCHEMA,
+            ),
+        ),
     ),
 )

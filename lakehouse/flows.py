@@ -93,6 +93,10 @@ class Flow:
     # (fail rules) and may return side rows for other tables, e.g. {"ops.quality_results": df},
     # or futures of them (see in_background), written once the main outputs are
     before_write: Callable[[DataFrame, int], SideOutputs | None] | None = None
+    # the name of a table (or "") whose rows seed the flow's state on its first run: the
+    # runner reads it as a batch and passes it as ``initial_state=`` while the checkpoint
+    # has no committed micro-batch (Spark only applies initial state to a new query)
+    seed_table: Callable[[Settings], str] | None = None
 
     def __post_init__(self) -> None:
         layer, _ = split_table_name(self.name)

@@ -174,8 +174,16 @@ def start_flow(
             store.create(output.table, output.schema, output.partition_by)
     max_files = settings.trigger.max_files_per_trigger
     frames = [read_input(spark, store, settings, source, max_files) for source in flow.inputs]
-    result = flow.transform(*frames, **(flow.params(settings) if flow.params else {}))
+    params = flow.params(settings) if flow.params else {}
     checkpoint = settings.checkpoint_path(flow.layer, flow.flow)
+    seed = flow.seed_table(settings) if flow.seed_table else ""
+    if seed and not any((checkpoint / "commits").glob("[0-9]*")):
+        if not store.exists(seed):
+            raise MissingInput(
+                f"flow {flow.name}: its seed table {seed} does not exist at {store.path(seed)}"
+            )
+        params["initial_state"] = store.read(seed)
+    result = flow.transform(*frames, **params)
     trigger = trigger_kwargs(settings.trigger)
     if len(flow.outputs) == 1 and flow.outputs[0].rows is None:
         out = flow.outputs[0]

@@ -86,6 +86,17 @@ class SqlSettings:
 
 
 @dataclass(frozen=True)
+class GoldSettings:
+    # processing-time TTL of the state of processors in the ProcessingTime mode
+    # (gold.purchase_alerts): a key not seen for this long is forgotten
+    state_ttl: str = "6 hours"
+    session_max_pages: int = 50  # pages listed per gold.sessions_custom row, in order
+    # a table of open sessions (gold.custom_sessions.SEED_SCHEMA) the first run of
+    # gold.sessions_custom starts from, e.g. when migrating from another job; "" = none
+    sessions_seed_table: str = ""
+
+
+@dataclass(frozen=True)
 class Settings:
     profile: str = "local"
     root: Path = Path("./lakehouse-data")
@@ -101,6 +112,7 @@ class Settings:
     maintenance: MaintenanceSettings = field(default_factory=MaintenanceSettings)
     native: NativeSettings = field(default_factory=NativeSettings)
     sql: SqlSettings = field(default_factory=SqlSettings)
+    gold: GoldSettings = field(default_factory=GoldSettings)
     # Free-form Spark configuration passed through unchanged (key -> value).
     spark_conf: dict[str, str] = field(default_factory=dict)
 
@@ -269,8 +281,14 @@ _DURATIONS = {
     "watermarks.events",
     "watermarks.impressions",
     "watermarks.clicks",
+    "gold.state_ttl",
 }
-_POSITIVE = {"shuffle_partitions", "state_store.min_batches_to_retain", "sql.port"}
+_POSITIVE = {
+    "shuffle_partitions",
+    "state_store.min_batches_to_retain",
+    "sql.port",
+    "gold.session_max_pages",
+}
 _NON_NEGATIVE = {
     "trigger.max_files_per_trigger",
     "maintenance.vacuum_retention_hours",

@@ -18,12 +18,12 @@ T = dt.datetime(2026, 1, 5, 10, 0)  # naive: how Spark returns timestamps (sessi
 _ids = itertools.count()
 
 
-def _event(user_id, minute, *, event_type="page_view", amount=None):
+def _event(user_id, minute, *, event_type="page_view", amount=None, page="/"):
     return (
         f"e{next(_ids)}",
         user_id,
         event_type,
-        "/",
+        page,
         amount,
         (T + dt.timedelta(minutes=minute)).replace(tzinfo=UTC),
         "web",
@@ -32,14 +32,19 @@ def _event(user_id, minute, *, event_type="page_view", amount=None):
     )
 
 
-def _deliver(spark, store, settings, flow, *versions):
-    """Each list of rows becomes one silver.events version (one micro-batch), then the flow
-    runs in available-now mode."""
+def _deliver(spark, store, settings, flows, *versions):
+    """Each list of rows becomes one silver.events version (one micro-batch), then the flow(s)
+    run in available-now mode."""
     store.create("silver.events", EVENTS_SCHEMA)
     for rows in versions:
         store.write(spark.createDataFrame(rows, EVENTS_SCHEMA).coalesce(1), "silver.events")
     one = settings.with_overrides({"trigger.max_files_per_trigger": 1})
-    return run_flows(spark, one, [flow], out=io.StringIO())
+    flows = flows if isinstance(flows, list) else [flows]
+    return run_flows(spark, one, flows, out=io.StringIO())
+
+
+def _flow(name):
+    return next(f for f in FLOWS if f.name == name)
 
 
 def _at(minute):
@@ -169,5 +174,73 @@ def test_hourly_activity_chains_5_minute_windows_into_hours(spark, settings, sto
                 mean_events_per_5m=1.0,
                 max_events_per_5m=1,
             ),
+        ],
+    )
+
+
+def test_custom_sessions_match_session_window_and_add_pages_counts_and_hourly_stats(
+    spark, settings, store
+):
+    """The deliveries of the session_window test, with pages and event types, through
+    gold.sessions and gold.sessions_custom side by side: the same sessions, plus landing and
+    exit pages, pages in order, counts per type; and the hour 10:00-11:00 (of session end)
+    in gold.session_stats_hourly. Sessions come out with their hour: all of hour 10 once the
+    watermark passes 11:00."""
+    flows = [_flow("gold.sessions"), _flow("gold.sessions_custom")]
+    _deliver(
+        spark,
+        store,
+        settings,
+        flows,
+        [_event(1, 0, page="/a"), _event(2, 0), _event(4, 8, page="/late")],
+        [_event(1, 10, event_type="search", page="/s"), _event(2, 15), _event(4, 2, page="/x")],
+    )
+    assert store.read("gold.sessions_custom").count() == 0
+    _deliver(
+        spark,
+        store,
+        settings,
+        flows,
+        [
+            _event(1, 20, event_type="add_to_cart", page="/p"),
+            _event(3, 10),
+            _event(3, 12, event_type="purchase", amount=12.5, page="/pay"),
+            _event(3, 40, page="/again"),
+        ],
+        [_event(9, 120)],
+    )
+    common = list(store.read("gold.sessions").columns)
+    custom = store.read("gold.sessions_custom")
+    assertDataFrameEqual(custom.select(common), store.read("gold.sessions"))
+    extra = ("user_id", "session_start", "landing_page", "exit_page", "pages", "event_counts")
+    assertDataFrameEqual(
+        custom.select(*extra),
+        [
+            Row(*extra)(
+                1,
+                _at(0),
+                "/a",
+                "/p",
+                ["/a", "/s", "/p"],
+                {"page_view": 1, "search": 1, "add_to_cart": 1},
+            ),
+            Row(*extra)(2, _at(0), "/", "/", ["/", "/"], {"page_view": 2}),
+            Row(*extra)(3, _at(10), "/", "/pay", ["/", "/pay"], {"page_view": 1, "purchase": 1}),
+            Row(*extra)(3, _at(40), "/again", "/again", ["/again"], {"page_view": 1}),
+            Row(*extra)(4, _at(2), "/x", "/late", ["/x", "/late"], {"page_view": 2}),
+        ],
+    )
+    # hour 10:00-11:00: 5 sessions of 35, 30, 17, 15 and 21 minutes; 3+2+2+1+2 events
+    assertDataFrameEqual(
+        store.read("gold.session_stats_hourly"),
+        [
+            Row(
+                hour_start=_at(0),
+                hour_end=_at(60),
+                sessions=5,
+                mean_duration_s=(35 + 30 + 17 + 15 + 21) * 60 / 5,
+                mean_events=10 / 5,
+                purchasing_sessions=1,
+            )
         ],
     )

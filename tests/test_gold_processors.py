@@ -1,0 +1,225 @@
+"""The gold stateful processors unit-tested with TwsTester: no stream, exact rows.
+
+TwsTester does not advance the watermark by itself: each test sets it, as Spark would at the
+end of a micro-batch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pandas as pd
+import pytest
+from pyspark.sql.streaming.tws_tester import TwsTester
+
+from gold.custom_sessions import SessionProcessor
+
+T = pd.Timestamp("2026-01-05 10:00")
+MINUTE = 60_000
+GAP = 15 * MINUTE
+
+
+def _ms(minute: float) -> int:
+    return int((T + pd.Timedelta(minutes=minute)).value // 1_000_000)
+
+
+def _events(*rows):
+    """(minute, event_type, page, amount) tuples as the processor's input frame."""
+    return pd.DataFrame(
+        {
+            "user_id": [7] * len(rows),
+            "event_time": [T + pd.Timedelta(minutes=m) for m, *_ in rows],
+            "event_type": [r[1] for r in rows],
+            "page": [r[2] for r in rows],
+            "amount": [r[3] if len(r) > 3 else None for r in rows],
+        }
+    )
+
+
+def _tester(max_pages=50, **kwargs):
+    return TwsTester(
+        SessionProcessor(GAP, max_pages),
+        timeMode="EventTime",
+        eventTimeExtractor=lambda row: int(row["event_time"].value // 1_000_000),
+        **kwargs,
+    )
+
+
+def _timers(tester, key=7):
+    tester.handle.setGroupingKey(key)
+    return list(tester.handle.listTimers())
+
+
+def _session(start, end, events, purchases, revenue, landing, exit_, pages, counts):
+    return {
+        "user_id": 7,
+        "session_start": pd.Timestamp(T + pd.Timedelta(minutes=start), tz="UTC"),
+        "session_end": pd.Timestamp(T + pd.Timedelta(minutes=end), tz="UTC"),
+        "events": events,
+        "purchases": purchases,
+        "revenue": revenue,
+        "landing_page": landing,
+        "exit_page": exit_,
+        "pages": pages,
+        "event_counts": counts,
+    }
+
+
+def _rows(frame):
+    return frame.to_dict("records")
+
+
+def test_a_session_across_batches_closes_when_the_watermark_reaches_its_end():
+    tester = _tester()
+    out = tester.testInPandas(7, _events((0, "page_view", "/"), (4, "search", "/search")))
+    assert out.empty  # nothing comes out before the watermark passes the end
+    assert _timers(tester) == [_ms(4) + GAP]
+    out = tester.testInPandas(
+        7, _events((10, "add_to_cart", "/product/3"), (12, "purchase", "/checkout", 19.5))
+    )
+    assert out.empty
+    assert _timers(tester) == [_ms(12) + GAP]  # the one timer moved, not one per row
+    assert tester.setWatermark(_ms(26)).empty  # 10:26 < end 10:27
+    assert _rows(tester.setWatermark(_ms(27))) == [
+        _session(
+            0,
+            27,
+            4,
+            1,
+            19.5,
+            "/",
+            "/checkout",
+            ["/", "/search", "/product/3", "/checkout"],
+            {"page_view": 1, "search": 1, "add_to_cart": 1, "purchase": 1},
+        )
+    ]
+    assert tester.peekValueState("session", 7) is None  # closed: state cleared
+    assert tester.peekListState("pages", 7) == []
+    assert tester.peekMapState("counts", 7) == {}
+    assert _timers(tester) == []
+
+
+def test_a_gap_of_exactly_15_minutes_stays_in_one_session_and_16_does_not():
+    tester = _tester()
+    tester.testInPandas(
+        7, _events((0, "page_view", "/a"), (15, "page_view", "/b"), (31, "page_view", "/c"))
+    )
+    assert tester.peekValueState("session", 7)[:2] == ([_ms(0), _ms(31)], [_ms(15), _ms(31)])
+    assert _timers(tester) == [_ms(15) + GAP]  # the earliest open end only
+    first = tester.setWatermark(_ms(30))
+    assert _rows(first) == [_session(0, 30, 2, 0, 0.0, "/a", "/b", ["/a", "/b"], {"page_view": 2})]
+    assert _timers(tester) == [_ms(31) + GAP]  # the next open session's end
+    assert tester.peekListState("pages", 7) == [(_ms(31), "/c")]
+    assert tester.peekMapState("counts", 7) == {("page_view",): ([1],)}
+    assert _rows(tester.setWatermark(_ms(46))) == [
+        _session(31, 46, 1, 0, 0.0, "/c", "/c", ["/c"], {"page_view": 1})
+    ]
+
+
+def test_an_out_of_order_event_joins_two_open_sessions():
+    """Two sessions of one user in one batch stay open; an older event arriving next, still
+    above the watermark, falls between them and makes them one."""
+    tester = _tester()
+    tester.testInPandas(7, _events((30, "search", "/s"), (0, "page_view", "/a")))
+    assert tester.peekValueState("session", 7)[0] == [_ms(0), _ms(30)]
+    tester.setWatermark(_ms(3))
+    tester.testInPandas(7, _events((15, "page_view", "/b")))
+    assert tester.peekValueState("session", 7)[0] == [_ms(0)]
+    assert _timers(tester) == [_ms(30) + GAP]
+    assert tester.testInPandas(7, _events((4, "page_view", "/late"))).empty
+    assert _rows(tester.setWatermark(_ms(50))) == [
+        _session(
+            0,
+            45,
+            4,
+            0,
+            0.0,
+            "/a",
+            "/s",
+            ["/a", "/late", "/b", "/s"],
+            {"page_view": 3, "search": 1},
+        )
+    ]
+
+
+def test_an_event_behind_the_watermark_is_dropped():
+    tester = _tester()
+    tester.testInPandas(7, _events((20, "page_view", "/a")))
+    tester.setWatermark(_ms(10))
+    tester.testInPandas(7, _events((9, "page_view", "/late")))  # 10:09 <= watermark 10:10
+    assert _rows(tester.setWatermark(_ms(35))) == [
+        _session(20, 35, 1, 0, 0.0, "/a", "/a", ["/a"], {"page_view": 1})
+    ]
+
+
+def test_pages_are_bounded_and_the_exit_page_is_the_last_even_beyond_the_bound():
+    tester = _tester(max_pages=2)
+    tester.testInPandas(
+        7, _events((3, "page_view", "/c"), (1, "page_view", "/b"), (0, "page_view", "/a"))
+    )
+    tester.testInPandas(7, _events((2, "purchase", "/pay", 5.0)))
+    assert _rows(tester.setWatermark(_ms(18))) == [
+        _session(
+            0,
+            18,
+            4,
+            1,
+            5.0,
+            "/a",
+            "/c",
+            ["/a", "/b"],
+            {"page_view": 3, "purchase": 1},
+        )
+    ]
+
+
+def test_initial_state_seeds_open_sessions_that_new_events_extend():
+    seed = pd.DataFrame(
+        {
+            "user_id": [7],
+            "session_start": [T],
+            "last_event_time": [T + pd.Timedelta(minutes=5)],
+            "events": [2],
+            "purchases": [1],
+            "revenue": [10.0],
+            "landing_page": ["/home"],
+            "exit_page": ["/pay"],
+            "pages": [["/home", "/pay"]],
+            "event_counts": [[("page_view", 1), ("purchase", 1)]],
+        }
+    )
+    tester = _tester(initialStatePandas=[(7, seed)])
+    assert _timers(tester) == [_ms(5) + GAP]
+    tester.testInPandas(7, _events((12, "search", "/find")))
+    assert _rows(tester.setWatermark(_ms(27))) == [
+        _session(
+            0,
+            27,
+            3,
+            1,
+            10.0,
+            "/home",
+            "/find",
+            ["/home", "/pay", "/find"],
+            {"page_view": 1, "search": 1, "purchase": 1},
+        )
+    ]
+
+
+@pytest.mark.parametrize("minutes", [[0, 1, 2], [0, 20, 40]])
+def test_one_timer_per_user_whatever_the_rows(minutes):
+    tester = _tester()
+    for m in minutes:
+        tester.testInPandas(7, _events((m, "page_view", "/")))
+    assert _timers(tester) == [
+        _ms(minutes[0] if minutes[1] - minutes[0] > 15 else minutes[-1]) + GAP
+    ]
+
+
+def test_session_end_is_a_utc_timestamp():
+    tester = _tester()
+    tester.testInPandas(7, _events((0, "page_view", "/")))
+    out = tester.setWatermark(_ms(15))
+    assert out["session_end"].iloc[0].to_pydatetime() == dt.datetime(
+        2026, 1, 5, 10, 15, tzinfo=dt.UTC
+    )
