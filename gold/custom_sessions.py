@@ -6,24 +6,28 @@ A session is the same as in :mod:`gold.sessions`: a maximal run of one user's ev
 the watermark reaches its end. Beyond gold.sessions a session row carries its landing and exit
 pages, the first ``max_pages`` pages in order and its counts per event type.
 
-State per user (no TTL: Spark 4.2 refuses TTL in the EventTime time mode,
-STATEFUL_PROCESSOR_INCORRECT_TIME_MODE_TO_ASSIGN_TTL; every open session has an event-time
-timer at its end instead, and the timer clears what it closes, so no key outlives the
-watermark; gold.purchase_alerts shows TTL in the ProcessingTime mode):
+The state is keyed by a bucket of users (``pmod(xxhash64(user_id), buckets)``), not by
+user: each call of the processor then handles the rows of many users at once with numpy, and
+the state calls, each a round trip from the Python worker to the JVM, are paid per bucket.
+Keyed per user the processor ran at a fifth of session_window's throughput, most of it in
+those round trips (see bench/sessions.py). Sessions are still per user. State per bucket:
 
-- ``session`` (ValueState): the open sessions' summaries, oldest first: start, last event,
-  events, purchases, revenue, landing and exit page, and the one event-time timer registered.
-  Usually one session is open; several are when one micro-batch holds several sessions of a
-  user, which stay open until the watermark passes each end: an event arriving later within
-  the lateness may still join two of them.
-- ``pages`` (ListState): (time, page) of the first ``max_pages`` pages of each open session.
+- ``session`` (ValueState): the open sessions' summaries, by user and start: user, start,
+  last event, events, purchases, revenue, landing and exit page, pages listed so far; and the
+  one event-time timer registered. A user may have several open sessions: those of one
+  micro-batch stay open until the watermark passes each end, because an event arriving later
+  within the lateness may still join two of them.
+- ``pages`` (ListState): the visits worth listing (the first ``max_pages`` pages of each open
+  session), one element per micro-batch: a run of (user, time, page) appended in one call and
+  read only when sessions close.
 - ``counts`` (MapState): event type -> counts aligned with the open sessions.
+- one event-time timer, at the earliest open end, registered only when that end changes
+  (never deleted and re-registered per row).
 
-The processor is written for few calls into the state store (each is a round trip from the
-Python worker to the JVM): per user and micro-batch, one read and one write of each variable,
-and one timer, registered for the earliest open end only when that end changes (never
-deleted and re-registered per row). Sessions are merged with numpy over all of a user's rows
-at once.
+No TTL: Spark 4.2 refuses TTL in the EventTime time mode
+(STATEFUL_PROCESSOR_INCORRECT_TIME_MODE_TO_ASSIGN_TTL). Every open session is closed by the
+timer when the watermark passes its end and the timer clears what it closes, so no state
+outlives the watermark; gold.purchase_alerts shows TTL, in the ProcessingTime mode.
 
 Hourly statistics are chained after the processor through its event-time column
 ``session_end``: a row emitted when the watermark passes a session's end is never behind the
@@ -39,11 +43,13 @@ from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import (
     ArrayType,
+    BinaryType,
     DoubleType,
     LongType,
     MapType,
@@ -60,6 +66,7 @@ STATS_TABLE = "gold.session_stats_hourly"
 EVENT_TYPES = ("page_view", "search", "add_to_cart", "purchase")
 GAP = "15 minutes"
 MAX_PAGES = 50
+BUCKETS = 256
 
 SCHEMA = StructType(
     [
@@ -101,134 +108,185 @@ SEED_SCHEMA = StructType(
     ]
 )
 
+# The state holds its columns as Arrow IPC bytes: PySpark pickles a state value field by
+# field and walks every element of a list, which cost more than the rest of the processor;
+# one binary field per value is one opaque blob to pickle.
 _SESSION_STATE = StructType(
     [
-        StructField("start", ArrayType(LongType())),
-        StructField("last", ArrayType(LongType())),
-        StructField("events", ArrayType(LongType())),
-        StructField("purchases", ArrayType(LongType())),
-        StructField("revenue", ArrayType(DoubleType())),
-        StructField("landing", ArrayType(StringType())),
-        StructField("exit", ArrayType(StringType())),
-        StructField("timer", LongType()),
+        # the open sessions' summaries: one Arrow record batch with the _FIELDS columns
+        StructField("sessions", BinaryType()),
+        StructField("timer", LongType()),  # the one event-time timer registered
     ]
 )
-_PAGE_STATE = StructType([StructField("time", LongType()), StructField("page", StringType())])
+# one element per bucket and micro-batch: the visits worth listing, (user, time, page)
+_PAGE_RUN = StructType([StructField("visits", BinaryType())])
 _TYPE_KEY = StructType([StructField("event_type", StringType())])
-_COUNTS = StructType([StructField("counts", ArrayType(LongType()))])
+# per event type, int64 counts aligned with the open sessions
+_COUNTS = StructType([StructField("counts", BinaryType())])
 _MS = 1000
 _NS_PER_MS = 1_000_000
+_NEVER = np.iinfo(np.int64).min
+
+# how each summary column of merged sessions is combined
+_FIELDS = {
+    "user": (np.int64, "first"),
+    "start": (np.int64, "first"),
+    "last": (np.int64, np.maximum),
+    "events": (np.int64, np.add),
+    "purchases": (np.int64, np.add),
+    "revenue": (np.float64, np.add),
+    "landing": (object, "first"),
+    "exit": (object, "latest"),
+    "listed": (np.int64, np.add),
+    "listed_until": (np.int64, np.maximum),
+}
 
 
 class _Open:
-    """A user's open sessions as numpy columns, oldest first (the processor's working form;
-    the state variables hold the same as arrays)."""
+    """Open sessions as numpy columns, sorted by (user, start), with ``counts`` (event types x
+    sessions): the processor's working form of its state variables."""
 
-    __slots__ = ("start", "last", "events", "purchases", "revenue", "landing", "exit", "counts")
-
-    def __init__(self, start, last, events, purchases, revenue, landing, exit, counts):
-        self.start = np.asarray(start, dtype=np.int64)
-        self.last = np.asarray(last, dtype=np.int64)
-        self.events = np.asarray(events, dtype=np.int64)
-        self.purchases = np.asarray(purchases, dtype=np.int64)
-        self.revenue = np.asarray(revenue, dtype=np.float64)
-        self.landing = np.asarray(landing, dtype=object)
-        self.exit = np.asarray(exit, dtype=object)
+    def __init__(self, counts, **columns):
+        for name, (dtype, _) in _FIELDS.items():
+            setattr(self, name, np.asarray(columns[name], dtype=dtype))
         self.counts = np.asarray(counts, dtype=np.int64).reshape(len(EVENT_TYPES), -1)
 
     def __len__(self) -> int:
         return len(self.start)
 
     def take(self, index) -> _Open:
+        return _Open(self.counts[:, index], **{f: getattr(self, f)[index] for f in _FIELDS})
+
+    @staticmethod
+    def concat(a: _Open, b: _Open) -> _Open:
         return _Open(
-            self.start[index],
-            self.last[index],
-            self.events[index],
-            self.purchases[index],
-            self.revenue[index],
-            self.landing[index],
-            self.exit[index],
-            self.counts[:, index],
+            np.concatenate([a.counts, b.counts], axis=1),
+            **{f: np.concatenate([getattr(a, f), getattr(b, f)]) for f in _FIELDS},
         )
 
-    @classmethod
-    def concat(cls, a: _Open, b: _Open) -> _Open:
-        return cls(
-            *(np.concatenate([getattr(a, f), getattr(b, f)]) for f in cls.__slots__[:-1]),
-            np.concatenate([a.counts, b.counts], axis=1),
-        )
+
+def _pack(columns: dict[str, np.ndarray]) -> bytes:
+    """Columns as one Arrow IPC stream."""
+    batch = pa.record_batch({name: pa.array(values) for name, values in columns.items()})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def _unpack(blob: bytes) -> dict[str, np.ndarray]:
+    batch = pa.ipc.open_stream(blob).read_next_batch()
+    return {
+        name: column.to_numpy(zero_copy_only=False)
+        for name, column in zip(batch.schema.names, batch.columns, strict=True)
+    }
+
+
+def state_columns(blob: bytes) -> dict[str, list]:
+    """A binary state field (as the processor or the state data source reader returns it)
+    as plain columns, for inspection and tests."""
+    return {name: values.tolist() for name, values in _unpack(blob).items()}
 
 
 def _empty() -> _Open:
-    return _Open([], [], [], [], [], [], [], np.zeros((len(EVENT_TYPES), 0)))
+    return _Open(np.zeros((len(EVENT_TYPES), 0)), **{f: [] for f in _FIELDS})
 
 
-def _singletons(rows: pd.DataFrame) -> tuple[_Open, np.ndarray, np.ndarray]:
-    """Each input event as a one-event session, ordered by (time, page); with its (time, page)."""
+def _singletons(rows: pd.DataFrame) -> tuple[_Open, np.ndarray, np.ndarray, np.ndarray]:
+    """Each input event as a one-event session, ordered by (user, time, page); with its
+    (user, time, page)."""
+    user = rows["user_id"].to_numpy(dtype=np.int64)
     time = rows["event_time"].to_numpy(dtype="datetime64[ns]").astype(np.int64) // _NS_PER_MS
     page = rows["page"].to_numpy(dtype=object)
     kind = rows["event_type"].to_numpy(dtype=object)
-    order = np.lexsort((page.astype(str), time))
-    time, page, kind = time[order], page[order], kind[order]
+    order = np.lexsort((page.astype(str), time, user))
+    user, time, page, kind = user[order], time[order], page[order], kind[order]
     amount = rows["amount"].to_numpy(dtype=np.float64, na_value=np.nan)[order]
     purchase = kind == "purchase"
-    counts = np.stack([(kind == t).astype(np.int64) for t in EVENT_TYPES])
     single = _Open(
-        time,
-        time,
-        np.ones(len(time), dtype=np.int64),
-        purchase.astype(np.int64),
-        np.where(purchase & ~np.isnan(amount), amount, 0.0),
-        page,
-        page,
-        counts,
+        np.stack([(kind == t).astype(np.int64) for t in EVENT_TYPES]),
+        user=user,
+        start=time,
+        last=time,
+        events=np.ones(len(time), dtype=np.int64),
+        purchases=purchase.astype(np.int64),
+        revenue=np.where(purchase & ~np.isnan(amount), amount, 0.0),
+        landing=page,
+        exit=page,
+        listed=np.zeros(len(time), dtype=np.int64),
+        listed_until=np.full(len(time), _NEVER, dtype=np.int64),
     )
-    return single, time, page
+    return single, user, time, page
+
+
+def _user_rank(users: np.ndarray) -> np.ndarray:
+    return np.unique(users, return_inverse=True)[1].astype(np.int64)
 
 
 def merge(sessions: _Open, gap_ms: int) -> _Open:
-    """Merge sessions whose gap is at most ``gap_ms`` (the input in any order)."""
+    """Merge each user's sessions whose gap is at most ``gap_ms`` (the input in any order);
+    the result sorted by (user, start)."""
     if len(sessions) <= 1:
         return sessions
-    order = np.argsort(sessions.start, kind="stable")
-    s = sessions.take(order)
-    reach = np.maximum.accumulate(s.last)
+    s = sessions.take(np.lexsort((sessions.start, sessions.user)))
+    # the latest end so far within each user: offset each user above all earlier ones
+    t0 = min(int(s.start.min()), int(s.last.min()))
+    span = int(s.last.max()) - t0 + 1
+    offset = _user_rank(s.user) * span
+    reach = np.maximum.accumulate(s.last - t0 + offset) - offset
     new = np.empty(len(s), dtype=bool)
     new[0] = True
-    new[1:] = s.start[1:] - reach[:-1] > gap_ms
+    new[1:] = (s.user[1:] != s.user[:-1]) | (s.start[1:] - t0 - reach[:-1] > gap_ms)
     heads = np.flatnonzero(new)
     group = np.cumsum(new) - 1
     # the exit page is the one of the latest last event; ties: the later in the sorted order
-    tail = np.lexsort((np.arange(len(s)), s.last, group))
-    tails = tail[np.r_[heads[1:], len(s)] - 1]
-    return _Open(
-        s.start[heads],
-        np.maximum.reduceat(s.last, heads),
-        np.add.reduceat(s.events, heads),
-        np.add.reduceat(s.purchases, heads),
-        np.add.reduceat(s.revenue, heads),
-        s.landing[heads],
-        s.exit[tails],
-        np.add.reduceat(s.counts, heads, axis=1),
-    )
+    latest = np.lexsort((np.arange(len(s)), s.last, group))[np.r_[heads[1:], len(s)] - 1]
+    columns = {}
+    for name, (_, how) in _FIELDS.items():
+        values = getattr(s, name)
+        if how == "first":
+            columns[name] = values[heads]
+        elif how == "latest":
+            columns[name] = values[latest]
+        else:
+            columns[name] = how.reduceat(values, heads)
+    return _Open(np.add.reduceat(s.counts, heads, axis=1), **columns)
 
 
-def _first_pages(
-    sessions: _Open, times: np.ndarray, pages: np.ndarray, max_pages: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The first ``max_pages`` (time, page) of each session, in order (stable: pages already
-    kept come before a new page of the same time)."""
-    order = np.argsort(times, kind="stable")
-    times, pages = times[order], pages[order]
-    group = np.searchsorted(sessions.start, times, side="right") - 1
-    starts = np.r_[0, np.flatnonzero(np.diff(group)) + 1]
-    rank = np.arange(len(group)) - np.repeat(starts, np.diff(np.r_[starts, len(group)]))
-    keep = rank < max_pages
-    return times[keep], pages[keep]
+def _group_of(sessions: _Open, users: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """The index of the session of each (user, time), or -1 (the sessions of a user are
+    disjoint; all are sorted by (user, start))."""
+    if not len(sessions):
+        return np.full(len(times), -1, dtype=np.int64)
+    known, rank = np.unique(np.concatenate([sessions.user, users]), return_inverse=True)
+    t0 = min(int(sessions.start.min()), int(times.min()) if len(times) else 0)
+    span = max(int(sessions.last.max()), int(times.max()) if len(times) else 0) - t0 + 1
+    keys = rank[: len(sessions)] * span + (sessions.start - t0)
+    found = np.searchsorted(keys, rank[len(sessions) :] * span + (times - t0), side="right") - 1
+    ok = (found >= 0) & (sessions.user[np.maximum(found, 0)] == users)
+    ok &= times <= sessions.last[np.maximum(found, 0)]
+    return np.where(ok, found, -1)
+
+
+def _worth_listing(
+    sessions: _Open, users: np.ndarray, times: np.ndarray, max_pages: int
+) -> np.ndarray:
+    """Which new visits (sorted by time) may be among the first ``max_pages`` pages of their
+    session: while the session has listed fewer, or when older than its latest listed one
+    (an out-of-order visit). The list then holds at most ``max_pages`` plus the out-of-order
+    visits; the rows are cut to the first ``max_pages`` when the session closes."""
+    group = _group_of(sessions, users, times)
+    order = np.argsort(group, kind="stable")
+    sorted_group = group[order]
+    firsts = np.searchsorted(sorted_group, sorted_group, side="left")
+    rank = np.empty(len(times), dtype=np.int64)
+    rank[order] = np.arange(len(times)) - firsts
+    return (rank + sessions.listed[group] < max_pages) | (times < sessions.listed_until[group])
 
 
 class SessionProcessor(StatefulProcessor):
-    """Sessionizes one user's events with event-time timers (see the module docstring)."""
+    """Sessionizes the events of a bucket of users with event-time timers (see the module
+    docstring). The grouping key is the bucket; the rows carry ``user_id``."""
 
     def __init__(self, gap_ms: int, max_pages: int = MAX_PAGES):
         self.gap_ms = gap_ms
@@ -237,29 +295,37 @@ class SessionProcessor(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.session = handle.getValueState("session", _SESSION_STATE)
-        self.pages = handle.getListState("pages", _PAGE_STATE)
+        self.pages = handle.getListState("pages", _PAGE_RUN)
         self.counts = handle.getMapState("counts", _TYPE_KEY, _COUNTS)
 
     # -- state <-> working form: one call per variable ---------------------------------------
 
-    def _load(self) -> tuple[_Open, np.ndarray, np.ndarray, int | None]:
+    def _load(self) -> tuple[_Open, int | None]:
         state = self.session.get()
         if state is None:
-            return _empty(), np.empty(0, np.int64), np.empty(0, object), None
-        start, last, events, purchases, revenue, landing, exit_, timer = state
-        by_type = {k[0]: v[0] for k, v in self.counts.iterator()}
-        zero = [0] * len(start)
-        counts = [by_type.get(t) or zero for t in EVENT_TYPES]
-        kept = list(self.pages.get())
-        times = np.fromiter((t for t, _ in kept), dtype=np.int64, count=len(kept))
-        pages = np.array([p for _, p in kept], dtype=object)
-        opened = _Open(start, last, events, purchases, revenue, landing, exit_, counts)
-        return opened, times, pages, timer
+            return _empty(), None
+        blob, timer = state
+        columns = _unpack(blob)
+        by_type = {k[0]: np.frombuffer(v[0], dtype=np.int64) for k, v in self.counts.iterator()}
+        zero = np.zeros(len(columns["start"]), dtype=np.int64)
+        counts = [by_type.get(t, zero) for t in EVENT_TYPES]
+        return _Open(counts, **columns), timer
 
-    def _save(self, opened: _Open, times, pages, timer: int | None, old: _Open) -> None:
+    def _listed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The listed visits, by (user, time); runs are in arrival order and ties keep it."""
+        runs = [_unpack(run[0]) for run in self.pages.get()]
+        if not runs:
+            return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, object)
+        users, times, pages = (
+            np.concatenate([run[name] for run in runs]) for name in ("user", "time", "page")
+        )
+        order = np.lexsort((times, users))
+        return users[order], times[order], pages[order]
+
+    def _save(self, opened: _Open, timer: int | None, old: _Open) -> None:
+        """Write the summaries, the counts and the timer (the pages are the caller's)."""
         if not len(opened):
             self.session.clear()
-            self.pages.clear()
             self.counts.clear()
             return
         due = int(opened.last.min()) + self.gap_ms
@@ -267,113 +333,118 @@ class SessionProcessor(StatefulProcessor):
             if timer is not None:
                 self.handle.deleteTimer(timer)
             self.handle.registerTimer(due)
-        self.session.update(
-            (
-                opened.start.tolist(),
-                opened.last.tolist(),
-                opened.events.tolist(),
-                opened.purchases.tolist(),
-                opened.revenue.tolist(),
-                opened.landing.tolist(),
-                opened.exit.tolist(),
-                due,
-            )
-        )
-        self.pages.put(list(zip(times.tolist(), pages.tolist(), strict=True)))
+        self.session.update((_pack({f: getattr(opened, f) for f in _FIELDS}), due))
         same_shape = len(old) == len(opened)
         for i, event_type in enumerate(EVENT_TYPES):
             row = opened.counts[i]
             if same_shape and np.array_equal(row, old.counts[i]):
                 continue  # unchanged: no call
             if row.any():
-                self.counts.updateValue((event_type,), (row.tolist(),))
+                self.counts.updateValue((event_type,), (row.tobytes(),))
             elif len(old) and old.counts[i].any():
                 self.counts.removeKey((event_type,))
+
+    def _add(self, old: _Open, timer, new: _Open, users, times, pages) -> None:
+        """Merge ``new`` sessions (with their visits, by user and time) into ``old``; save."""
+        opened = merge(_Open.concat(old, new), self.gap_ms)
+        listing = _worth_listing(opened, users, times, self.max_pages)
+        users, times, pages = users[listing], times[listing], pages[listing]
+        if len(times):
+            group = _group_of(opened, users, times)
+            np.add.at(opened.listed, group, 1)
+            np.maximum.at(opened.listed_until, group, times)
+            self.pages.appendValue((_pack({"user": users, "time": times, "page": pages}),))
+        self._save(opened, timer, old)
 
     # -- the processor --------------------------------------------------------------------
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-        frame = pd.concat(list(rows), ignore_index=True)
-        old, times, pages, timer = self._load()
-        single, new_times, new_pages = _singletons(frame)
-        opened = merge(_Open.concat(old, single), self.gap_ms)
-        times, pages = _first_pages(
-            opened,
-            np.concatenate([times, new_times]),
-            np.concatenate([pages, new_pages]),
-            self.max_pages,
-        )
-        self._save(opened, times, pages, timer, old)
+        frames = list(rows)
+        frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        old, timer = self._load()
+        self._add(old, timer, *_singletons(frame))
         return iter(())
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
-        opened, times, pages, _ = self._load()
+        opened, _ = self._load()
         if not len(opened):  # nothing open: a timer left behind (cannot happen by design)
             return
+        # the fired timer is deleted by Spark after this call: the next one is registered
         closed = opened.last + self.gap_ms <= timerValues.getCurrentWatermarkInMs()
         if not closed.any():
-            self._save(opened, times, pages, None, opened)
+            self._save(opened, None, opened)
             return
-        out = self._rows(key[0], opened.take(closed), times, pages)
+        users, times, pages = self._listed()
+        group = _group_of(opened, users, times)
+        out = self._rows(opened, closed, group, pages)
         rest = opened.take(~closed)
-        keep = times >= rest.start[0] if len(rest) else np.zeros(len(times), dtype=bool)
-        # the fired timer is deleted by Spark after this call: the next one is registered
-        self._save(rest, times[keep], pages[keep], None, opened)
+        self._save(rest, None, opened)
+        keep = (group >= 0) & ~closed[np.maximum(group, 0)]
+        if not keep.any():
+            self.pages.clear()
+        else:
+            visits = {"user": users[keep], "time": times[keep], "page": pages[keep]}
+            self.pages.put([(_pack(visits),)])
         yield out
 
     def handleInitialState(self, key, initialState, timerValues) -> None:
         seed = initialState
         start = _ms(seed["session_start"])
-        last = _ms(seed["last_event_time"])
         maps = [dict(m) if m is not None else {} for m in seed["event_counts"]]  # pairs or dict
-        counts = [[int(m.get(t, 0)) for m in maps] for t in EVENT_TYPES]
-        old, times, pages, timer = self._load()
+        listed = [list(p) if p is not None else [] for p in seed["pages"]]
         seeded = _Open(
-            start,
-            last,
-            seed["events"],
-            seed["purchases"],
-            seed["revenue"],
-            seed["landing_page"],
-            seed["exit_page"],
-            counts,
+            [[int(m.get(t, 0)) for m in maps] for t in EVENT_TYPES],
+            user=seed["user_id"],
+            start=start,
+            last=_ms(seed["last_event_time"]),
+            events=seed["events"],
+            purchases=seed["purchases"],
+            revenue=seed["revenue"],
+            landing=seed["landing_page"],
+            exit=seed["exit_page"],
+            listed=np.zeros(len(start), dtype=np.int64),
+            listed_until=np.full(len(start), _NEVER, dtype=np.int64),
         )
-        seed_times, seed_pages = [], []
-        for s, listed in zip(start.tolist(), seed["pages"], strict=True):
-            listed = list(listed if listed is not None else [])
-            seed_times += [s] * len(listed)  # in their order: a stable sort keeps it
-            seed_pages += listed
-        opened = merge(_Open.concat(old, seeded), self.gap_ms)
-        times, pages = _first_pages(
-            opened,
-            np.concatenate([times, np.asarray(seed_times, dtype=np.int64)]),
-            np.concatenate([pages, np.asarray(seed_pages, dtype=object)]),
-            self.max_pages,
-        )
-        self._save(opened, times, pages, timer, old)
+        # a seed lists pages without times: they keep their order at their session's start
+        sizes = [len(p) for p in listed]
+        users = np.repeat(seeded.user, sizes)
+        times = np.repeat(start, sizes)
+        pages = np.asarray([p for run in listed for p in run], dtype=object)
+        order = np.lexsort((times, users))  # stable: each seed's pages keep their order
+        old, timer = self._load()
+        self._add(old, timer, seeded, users[order], times[order], pages[order])
 
-    def _rows(self, user_id: int, closed: _Open, times, pages) -> pd.DataFrame:
-        group = np.searchsorted(closed.start, times, side="right") - 1
-        in_closed = (group >= 0) & (times <= closed.last[np.maximum(group, 0)])
-        listed = [[] for _ in range(len(closed))]
-        for g, page in zip(group[in_closed].tolist(), pages[in_closed].tolist(), strict=True):
-            listed[g].append(page)
-        counts = [
-            {t: int(c) for t, c in zip(EVENT_TYPES, closed.counts[:, i].tolist(), strict=True) if c}
-            for i in range(len(closed))
-        ]
+    def _rows(self, opened: _Open, closed: np.ndarray, group: np.ndarray, pages) -> pd.DataFrame:
+        """The closed sessions as output rows; ``group`` maps each listed page (sorted by user
+        and time) to its session."""
+        mine = (group >= 0) & closed[np.maximum(group, 0)]
+        # listed pages of the closed sessions, cut to the first max_pages of each
+        index = np.flatnonzero(closed)
+        position = np.full(len(opened), -1, dtype=np.int64)
+        position[index] = np.arange(len(index))
+        owner, pages = position[group[mine]], pages[mine]  # ascending: sorted by (user, time)
+        firsts = np.searchsorted(owner, owner, side="left")
+        keep = np.arange(len(owner)) - firsts < self.max_pages
+        owner, pages = owner[keep], pages[keep]
+        bounds = np.searchsorted(owner, np.arange(len(index) + 1), side="left")
+        listed = [pages[bounds[i] : bounds[i + 1]].tolist() for i in range(len(index))]
+        s = opened.take(closed)
+        present = s.counts.T > 0
         return pd.DataFrame(
             {
-                "user_id": np.full(len(closed), user_id, dtype=np.int64),
-                "session_start": pd.to_datetime(closed.start, unit="ms", utc=True),
-                "session_end": pd.to_datetime(closed.last + self.gap_ms, unit="ms", utc=True),
-                "events": closed.events,
-                "purchases": closed.purchases,
-                "revenue": closed.revenue,
-                "landing_page": closed.landing,
-                "exit_page": closed.exit,
+                "user_id": s.user,
+                "session_start": pd.to_datetime(s.start, unit="ms", utc=True),
+                "session_end": pd.to_datetime(s.last + self.gap_ms, unit="ms", utc=True),
+                "events": s.events,
+                "purchases": s.purchases,
+                "revenue": s.revenue,
+                "landing_page": s.landing,
+                "exit_page": s.exit,
                 "pages": listed,
-                "event_counts": counts,
+                "event_counts": [
+                    dict(zip(np.asarray(EVENT_TYPES)[has].tolist(), row[has].tolist(), strict=True))
+                    for has, row in zip(present, s.counts.T, strict=True)
+                ],
             }
         )
 
@@ -385,21 +456,29 @@ def _ms(column: pd.Series) -> np.ndarray:
     return column.to_numpy(dtype="datetime64[ns]").astype(np.int64) // _NS_PER_MS
 
 
+def bucket(buckets: int):
+    """The state key of a user: one of ``buckets``, by a hash of the user id."""
+    return F.pmod(F.xxhash64("user_id"), F.lit(buckets)).alias("bucket")
+
+
 def custom_sessions(
     events: DataFrame,
     *,
     watermark: str,
     gap: str = GAP,
     max_pages: int = MAX_PAGES,
+    buckets: int = BUCKETS,
     initial_state: DataFrame | None = None,
 ) -> DataFrame:
     """Sessions from the processor (event time ``session_end``), as a stream."""
     processor = SessionProcessor(duration_seconds(gap) * _MS, max_pages)
-    seed = initial_state.groupBy("user_id") if initial_state is not None else None
+    seed = None
+    if initial_state is not None:
+        seed = initial_state.select(bucket(buckets), *SEED_SCHEMA.fieldNames()).groupBy("bucket")
     return (
         events.withWatermark("event_time", watermark)
-        .select("user_id", "event_time", "event_type", "page", "amount")
-        .groupBy("user_id")
+        .select(bucket(buckets), "user_id", "event_time", "event_type", "page", "amount")
+        .groupBy("bucket")
         .transformWithStateInPandas(
             processor,
             SCHEMA,
@@ -417,6 +496,7 @@ def sessions_and_hourly_stats(
     watermark: str,
     gap: str = GAP,
     max_pages: int = MAX_PAGES,
+    buckets: int = BUCKETS,
     initial_state: DataFrame | None = None,
 ) -> DataFrame:
     """One row per hour (of session end) with its statistics and its sessions: the processor
@@ -427,6 +507,7 @@ def sessions_and_hourly_stats(
         watermark=watermark,
         gap=gap,
         max_pages=max_pages,
+        buckets=buckets,
         initial_state=initial_state,
     )
     duration = F.col("session_end").cast("double") - F.col("session_start").cast("double")

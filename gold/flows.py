@@ -31,6 +31,7 @@ FLOWS = (
         params=lambda settings: {
             "watermark": settings.watermarks.events,
             "max_pages": settings.gold.session_max_pages,
+            "buckets": settings.gold.session_buckets,
         },
         seed_table=lambda settings: settings.gold.sessions_seed_table,
         outputs=(

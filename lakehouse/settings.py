@@ -91,6 +91,9 @@ class GoldSettings:
     # (gold.purchase_alerts): a key not seen for this long is forgotten
     state_ttl: str = "6 hours"
     session_max_pages: int = 50  # pages listed per gold.sessions_custom row, in order
+    # gold.sessions_custom keys its state by bucket of users: fewer, larger state calls.
+    # About users / 40 is a good size; more buckets mean smaller state rewritten per batch
+    session_buckets: int = 256
     # a table of open sessions (gold.custom_sessions.SEED_SCHEMA) the first run of
     # gold.sessions_custom starts from, e.g. when migrating from another job; "" = none
     sessions_seed_table: str = ""
@@ -288,6 +291,7 @@ _POSITIVE = {
     "state_store.min_batches_to_retain",
     "sql.port",
     "gold.session_max_pages",
+    "gold.session_buckets",
 }
 _NON_NEGATIVE = {
     "trigger.max_files_per_trigger",

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 
+import numpy as np
 import pandas as pd
 import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from gold.custom_sessions import SessionProcessor
+from gold.custom_sessions import SessionProcessor, state_columns
 
 T = pd.Timestamp("2026-01-05 10:00")
 MINUTE = 60_000
@@ -23,11 +24,12 @@ def _ms(minute: float) -> int:
     return int((T + pd.Timedelta(minutes=minute)).value // 1_000_000)
 
 
-def _events(*rows):
-    """(minute, event_type, page, amount) tuples as the processor's input frame."""
+def _events(*rows, users=None):
+    """(minute, event_type, page, amount) tuples as the processor's input frame (all of user
+    7 unless ``users`` says whose each row is)."""
     return pd.DataFrame(
         {
-            "user_id": [7] * len(rows),
+            "user_id": users or [7] * len(rows),
             "event_time": [T + pd.Timedelta(minutes=m) for m, *_ in rows],
             "event_type": [r[1] for r in rows],
             "page": [r[2] for r in rows],
@@ -50,9 +52,9 @@ def _timers(tester, key=7):
     return list(tester.handle.listTimers())
 
 
-def _session(start, end, events, purchases, revenue, landing, exit_, pages, counts):
+def _session(start, end, events, purchases, revenue, landing, exit_, pages, counts, user=7):
     return {
-        "user_id": 7,
+        "user_id": user,
         "session_start": pd.Timestamp(T + pd.Timedelta(minutes=start), tz="UTC"),
         "session_end": pd.Timestamp(T + pd.Timedelta(minutes=end), tz="UTC"),
         "events": events,
@@ -63,6 +65,17 @@ def _session(start, end, events, purchases, revenue, landing, exit_, pages, coun
         "pages": pages,
         "event_counts": counts,
     }
+
+
+def _pages(tester, key=7):
+    """The ListState of page runs, decoded: [(users, times, pages)] per element."""
+    return [tuple(state_columns(run[0]).values()) for run in tester.peekListState("pages", key)]
+
+
+def _open(tester, column, key=7):
+    """One column of the open sessions in the ValueState."""
+    value = tester.peekValueState("session", key)
+    return None if value is None else state_columns(value[0])[column]
 
 
 def _rows(frame):
@@ -79,6 +92,10 @@ def test_a_session_across_batches_closes_when_the_watermark_reaches_its_end():
     )
     assert out.empty
     assert _timers(tester) == [_ms(12) + GAP]  # the one timer moved, not one per row
+    assert _pages(tester) == [  # one run of visits per micro-batch
+        ([7, 7], [_ms(0), _ms(4)], ["/", "/search"]),
+        ([7, 7], [_ms(10), _ms(12)], ["/product/3", "/checkout"]),
+    ]
     assert tester.setWatermark(_ms(26)).empty  # 10:26 < end 10:27
     assert _rows(tester.setWatermark(_ms(27))) == [
         _session(
@@ -94,7 +111,7 @@ def test_a_session_across_batches_closes_when_the_watermark_reaches_its_end():
         )
     ]
     assert tester.peekValueState("session", 7) is None  # closed: state cleared
-    assert tester.peekListState("pages", 7) == []
+    assert _pages(tester) == []
     assert tester.peekMapState("counts", 7) == {}
     assert _timers(tester) == []
 
@@ -104,13 +121,19 @@ def test_a_gap_of_exactly_15_minutes_stays_in_one_session_and_16_does_not():
     tester.testInPandas(
         7, _events((0, "page_view", "/a"), (15, "page_view", "/b"), (31, "page_view", "/c"))
     )
-    assert tester.peekValueState("session", 7)[:2] == ([_ms(0), _ms(31)], [_ms(15), _ms(31)])
+    assert (_open(tester, "start"), _open(tester, "last")) == (
+        [_ms(0), _ms(31)],
+        [_ms(15), _ms(31)],
+    )
     assert _timers(tester) == [_ms(15) + GAP]  # the earliest open end only
     first = tester.setWatermark(_ms(30))
     assert _rows(first) == [_session(0, 30, 2, 0, 0.0, "/a", "/b", ["/a", "/b"], {"page_view": 2})]
     assert _timers(tester) == [_ms(31) + GAP]  # the next open session's end
-    assert tester.peekListState("pages", 7) == [(_ms(31), "/c")]
-    assert tester.peekMapState("counts", 7) == {("page_view",): ([1],)}
+    assert _pages(tester) == [([7], [_ms(31)], ["/c"])]
+    counts = tester.peekMapState("counts", 7)
+    assert {k: np.frombuffer(v[0], dtype=np.int64).tolist() for k, v in counts.items()} == {
+        ("page_view",): [1]
+    }
     assert _rows(tester.setWatermark(_ms(46))) == [
         _session(31, 46, 1, 0, 0.0, "/c", "/c", ["/c"], {"page_view": 1})
     ]
@@ -121,10 +144,10 @@ def test_an_out_of_order_event_joins_two_open_sessions():
     above the watermark, falls between them and makes them one."""
     tester = _tester()
     tester.testInPandas(7, _events((30, "search", "/s"), (0, "page_view", "/a")))
-    assert tester.peekValueState("session", 7)[0] == [_ms(0), _ms(30)]
+    assert _open(tester, "start") == [_ms(0), _ms(30)]
     tester.setWatermark(_ms(3))
     tester.testInPandas(7, _events((15, "page_view", "/b")))
-    assert tester.peekValueState("session", 7)[0] == [_ms(0)]
+    assert _open(tester, "start") == [_ms(0)]
     assert _timers(tester) == [_ms(30) + GAP]
     assert tester.testInPandas(7, _events((4, "page_view", "/late"))).empty
     assert _rows(tester.setWatermark(_ms(50))) == [
@@ -170,6 +193,20 @@ def test_pages_are_bounded_and_the_exit_page_is_the_last_even_beyond_the_bound()
             ["/a", "/b"],
             {"page_view": 3, "purchase": 1},
         )
+    ]
+
+
+def test_a_full_list_still_takes_an_older_out_of_order_page_and_skips_newer_ones():
+    tester = _tester(max_pages=2)
+    tester.testInPandas(7, _events((0, "page_view", "/a"), (5, "page_view", "/c")))
+    tester.testInPandas(7, _events((9, "page_view", "/d"), (3, "page_view", "/b")))
+    # /d is past the listed pages of a full list: not kept; /b is older: kept
+    assert _pages(tester) == [
+        ([7, 7], [_ms(0), _ms(5)], ["/a", "/c"]),
+        ([7], [_ms(3)], ["/b"]),
+    ]
+    assert _rows(tester.setWatermark(_ms(24))) == [
+        _session(0, 24, 4, 0, 0.0, "/a", "/d", ["/a", "/b"], {"page_view": 4})
     ]
 
 
@@ -223,3 +260,33 @@ def test_session_end_is_a_utc_timestamp():
     assert out["session_end"].iloc[0].to_pydatetime() == dt.datetime(
         2026, 1, 5, 10, 15, tzinfo=dt.UTC
     )
+
+
+def test_users_of_one_bucket_keep_their_own_sessions():
+    """The state key is a bucket of users: interleaved events of users 3 and 8 in bucket 7
+    make sessions per user, one timer for the bucket at the earliest end, and each user's
+    pages and counts stay apart."""
+    tester = _tester()
+    tester.testInPandas(
+        7,
+        _events(
+            (0, "page_view", "/3a"),
+            (1, "search", "/8a"),
+            (10, "page_view", "/3b"),
+            (20, "purchase", "/8b", 4.0),
+            users=[3, 8, 3, 8],
+        ),
+    )
+    # user 8: 1 -> 20 is 19 minutes: two sessions; user 3: one session 0..10
+    assert _timers(tester) == [_ms(1) + GAP]
+    assert _rows(tester.setWatermark(_ms(25))) == [
+        _session(0, 25, 2, 0, 0.0, "/3a", "/3b", ["/3a", "/3b"], {"page_view": 2}, user=3),
+        _session(1, 16, 1, 0, 0.0, "/8a", "/8a", ["/8a"], {"search": 1}, user=8),
+    ]
+    assert _pages(tester) == [([8], [_ms(20)], ["/8b"])]
+    tester.testInPandas(7, _events((30, "page_view", "/3c"), users=[3]))
+    assert _timers(tester) == [_ms(20) + GAP]
+    assert _rows(tester.setWatermark(_ms(46))) == [
+        _session(30, 45, 1, 0, 0.0, "/3c", "/3c", ["/3c"], {"page_view": 1}, user=3),
+        _session(20, 35, 1, 1, 4.0, "/8b", "/8b", ["/8b"], {"purchase": 1}, user=8),
+    ]
