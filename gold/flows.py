@@ -15,6 +15,16 @@ FLOWS = (
         outputs=(Output(sessions.TABLE, schema=sessions.SCHEMA),),
     ),
     Flow(
+        name="gold.user_activity_5m",
+        description="per user 5-minute windows, update mode, upserted by (user, window)",
+        inputs=(TableInput("silver.events"),),
+        transform=activity.five_minute_activity,
+        params=lambda settings: {"watermark": settings.watermarks.events},
+        output_mode="update",
+        keys=activity.FIVE_MINUTE_KEYS,
+        outputs=(Output(activity.FIVE_MINUTE_TABLE, schema=activity.FIVE_MINUTE_SCHEMA),),
+    ),
+    Flow(
         name="gold.user_activity_hourly",
         description="per user 5-minute counts chained into hourly windows, one query",
         inputs=(TableInput("silver.events"),),

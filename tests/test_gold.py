@@ -244,3 +244,41 @@ def test_custom_sessions_match_session_window_and_add_pages_counts_and_hourly_st
             )
         ],
     )
+
+
+def test_activity_5m_is_upserted_with_each_windows_latest_value(spark, settings, store):
+    """Update mode: u1's window 10:00-10:05 is written after the first micro-batch and
+    updated (not appended again) by the second; a row behind the watermark changes nothing;
+    the table holds one row per (user, window) with its latest counts. Spark drops a row as
+    late against the watermark of the micro-batch before (here: 10:20, set by 10:30)."""
+    flow = _flow("gold.user_activity_5m")
+    _deliver(
+        spark,
+        store,
+        settings,
+        flow,
+        [_event(1, 0), _event(1, 1, event_type="purchase", amount=3.5), _event(2, 7)],
+    )
+    five = dt.timedelta(minutes=5)
+    assertDataFrameEqual(
+        store.read("gold.user_activity_5m"),
+        [Row(1, _at(0), _at(0) + five, 2, 1, 3.5), Row(2, _at(5), _at(5) + five, 1, 0, 0.0)],
+    )
+    _deliver(
+        spark,
+        store,
+        settings,
+        flow,
+        [_event(1, 4, event_type="purchase", amount=1.5), _event(1, 30)],  # watermark -> 10:20
+        [_event(3, 40)],  # watermark -> 10:30
+        [_event(1, 2)],  # 10:02 is behind 10:20: dropped, the window stays as it was
+    )
+    assertDataFrameEqual(
+        store.read("gold.user_activity_5m"),
+        [
+            Row(1, _at(0), _at(0) + five, 3, 2, 5.0),
+            Row(2, _at(5), _at(5) + five, 1, 0, 0.0),
+            Row(1, _at(30), _at(30) + five, 1, 0, 0.0),
+            Row(3, _at(40), _at(40) + five, 1, 0, 0.0),
+        ],
+    )

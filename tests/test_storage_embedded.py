@@ -423,6 +423,22 @@ def test_update_mode_replayed_batch_is_skipped(spark, store, settings):
     assertDataFrameEqual(store.read("gold.once"), df2)
 
 
+def test_upsert_by_two_key_columns(spark, store):
+    """Each key comparison is parenthesized: unparenthesized, DataFusion read the MERGE
+    predicate of two keys as ``a IS NOT DISTINCT FROM (b AND c)`` and failed."""
+    schema = "k long, w string, n long"
+    store.upsert(
+        spark.createDataFrame([(1, "a", 1), (1, "b", 2)], schema), "gold.kw", ["k", "w"], "app", 0
+    )
+    store.upsert(
+        spark.createDataFrame([(1, "b", 7), (2, "a", 3)], schema), "gold.kw", ["k", "w"], "app", 1
+    )
+    assertDataFrameEqual(
+        store.read("gold.kw"),
+        spark.createDataFrame([(1, "a", 1), (1, "b", 7), (2, "a", 3)], schema),
+    )
+
+
 def test_update_mode_refuses_duplicate_keys_in_a_batch(spark, store):
     df = spark.createDataFrame([(1, 1), (1, 2)], "k long, n long")
     with pytest.raises(ValueError, match=r"1 key\(s\) of \(k\) occur more than once in batch 0"):

@@ -306,7 +306,9 @@ class EmbeddedStore(TableStore):
                 f"more than once in batch {batch_id}, e.g. {dupes.slice(0, 1).to_pylist()[0]}; "
                 "update mode needs one row per key"
             )
-        predicate = " AND ".join(f"t.`{k}` IS NOT DISTINCT FROM s.`{k}`" for k in keys)
+        # each comparison in parentheses: DataFusion parses `a IS NOT DISTINCT FROM b AND c`
+        # as `a IS NOT DISTINCT FROM (b AND c)` (a type error with two or more keys)
+        predicate = " AND ".join(f"(t.`{k}` IS NOT DISTINCT FROM s.`{k}`)" for k in keys)
         for attempt in range(dfiles.MAX_COMMIT_ATTEMPTS):
             table = dfiles.open_table(root)
             if dfiles.already_committed(table, app_id, batch_id):
