@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gold import activity, custom_sessions, sessions
+from gold import activity, ads, custom_sessions, sessions
 from lakehouse.flows import Flow, Output, TableInput
 
 FLOWS = (
@@ -56,5 +56,13 @@ FLOWS = (
                 schema=custom_sessions.STATS_SCHEMA,
             ),
         ),
+    ),
+    Flow(
+        name="gold.ad_performance_hourly",
+        description="per ad and hour: impressions (once each), clicks, click-through rate",
+        inputs=(TableInput("silver.ad_attribution"),),
+        transform=ads.ad_performance,
+        params=lambda settings: {"watermark": settings.watermarks.attribution},
+        outputs=(Output(ads.TABLE, schema=ads.SCHEMA),),
     ),
 )

@@ -64,6 +64,10 @@ class WatermarkSettings:
     events: str = "10 minutes"
     impressions: str = "2 hours"
     clicks: str = "3 hours"
+    # gold over silver.ad_attribution, on impression_time: an unmatched impression reaches
+    # silver once the join's watermark passes it plus the 1-hour click window, so this must
+    # exceed 1 hour + the larger of the two above
+    attribution: str = "5 hours"
 
 
 @dataclass(frozen=True)
@@ -284,6 +288,7 @@ _DURATIONS = {
     "watermarks.events",
     "watermarks.impressions",
     "watermarks.clicks",
+    "watermarks.attribution",
     "gold.state_ttl",
 }
 _POSITIVE = {

@@ -11,6 +11,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from gold.flows import FLOWS
 from lakehouse.runner import run_flows
+from silver.attribution import SCHEMA as ATTRIBUTION_SCHEMA
 from silver.events import SCHEMA as EVENTS_SCHEMA
 
 UTC = dt.UTC
@@ -280,5 +281,47 @@ def test_activity_5m_is_upserted_with_each_windows_latest_value(spark, settings,
             Row(2, _at(5), _at(5) + five, 1, 0, 0.0),
             Row(1, _at(30), _at(30) + five, 1, 0, 0.0),
             Row(3, _at(40), _at(40) + five, 1, 0, 0.0),
+        ],
+    )
+
+
+def _attributed(impression, ad_id, minute, click=None, click_minute=None):
+    return (
+        impression,
+        ad_id,
+        100 + ad_id,
+        5,
+        _at(minute).replace(tzinfo=UTC),
+        click,
+        _at(click_minute).replace(tzinfo=UTC) if click else None,
+    )
+
+
+def test_ad_performance_counts_each_impression_once_whatever_its_clicks(spark, settings, store):
+    """Ad 1, hour 10: i1 clicked twice (two attribution rows, the second a batch later), i2
+    never (its row reaches silver hours later, as an unmatched impression does); hour 11: i3
+    clicked once. Ad 2, hour 10: i4 never clicked. Watermark 5 hours on impression_time: the
+    hours come out once impressions 5 hours later arrive."""
+    store.create("silver.ad_attribution", ATTRIBUTION_SCHEMA)
+    versions = [
+        [_attributed("i1", 1, 5, "c1", 10), _attributed("i3", 1, 70, "c3", 75)],
+        [_attributed("i1", 1, 5, "c2", 50)],
+        [_attributed("i2", 1, 30), _attributed("i4", 2, 50)],
+        [_attributed("i9", 9, 7 * 60)],  # watermark -> 12:00: hours 10 and 11 close
+        [_attributed("i10", 9, 7 * 60 + 5)],
+        [_attributed("i11", 9, 7 * 60 + 10)],
+    ]
+    for rows in versions:
+        store.write(
+            spark.createDataFrame(rows, ATTRIBUTION_SCHEMA).coalesce(1), "silver.ad_attribution"
+        )
+    one = settings.with_overrides({"trigger.max_files_per_trigger": 1})
+    run_flows(spark, one, [_flow("gold.ad_performance_hourly")], out=io.StringIO())
+    assertDataFrameEqual(
+        store.read("gold.ad_performance_hourly"),
+        [
+            Row(1, _at(0), _at(60), 2, 2, 1.0),
+            Row(2, _at(0), _at(60), 1, 0, 0.0),
+            Row(1, _at(60), _at(120), 1, 1, 1.0),
         ],
     )
