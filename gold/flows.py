@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gold import activity, ads, custom_sessions, sessions
+from gold import activity, ads, alerts, custom_sessions, sessions
 from lakehouse.flows import Flow, Output, TableInput
 
 FLOWS = (
@@ -64,5 +64,17 @@ FLOWS = (
         transform=ads.ad_performance,
         params=lambda settings: {"watermark": settings.watermarks.attribution},
         outputs=(Output(ads.TABLE, schema=ads.SCHEMA),),
+    ),
+    Flow(
+        name="gold.purchase_alerts",
+        description="an alert per purchase that is the 3rd (or later) within 1 minute",
+        inputs=(TableInput("silver.events"),),
+        transform=alerts.purchase_alerts,
+        params=lambda settings: {
+            "ttl": settings.gold.state_ttl,
+            "lateness": settings.watermarks.events,
+        },
+        outputs=(Output(alerts.TABLE, schema=alerts.SCHEMA),),
+        stops_itself=False,  # ProcessingTime mode (TTL): endless no-data micro-batches
     ),
 )

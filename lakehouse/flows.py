@@ -97,6 +97,10 @@ class Flow:
     # runner reads it as a batch and passes it as ``initial_state=`` while the checkpoint
     # has no committed micro-batch (Spark only applies initial state to a new query)
     seed_table: Callable[[Settings], str] | None = None
+    # False for a query that never ends an available-now run by itself: a
+    # transformWithState processor in the ProcessingTime mode (needed for TTL) asks for
+    # another no-data micro-batch forever. The runner stops it once all input is processed.
+    stops_itself: bool = True
 
     def __post_init__(self) -> None:
         layer, _ = split_table_name(self.name)

@@ -245,7 +245,8 @@ def run_flows(
     try:
         for flow in flows:
             queries[flow.name] = start_flow(spark, store, settings, flow)
-        _wait(spark, queries, continuous=settings.trigger.mode == "continuous")
+        endless = {flow.name for flow in flows if not flow.stops_itself}
+        _wait(spark, queries, continuous=settings.trigger.mode == "continuous", endless=endless)
     except KeyboardInterrupt:
         print("interrupted: stopping the flows after their current micro-batch", file=out)
     finally:
@@ -281,17 +282,38 @@ def run_flows(
     return reports
 
 
-def _wait(spark: SparkSession, queries: dict[str, StreamingQuery], continuous: bool) -> None:
+def _wait(
+    spark: SparkSession,
+    queries: dict[str, StreamingQuery],
+    continuous: bool,
+    endless: set[str] = frozenset(),
+) -> None:
     if not continuous:
         # flows are independent: one failing does not cut the others' work short
-        for query in queries.values():
+        for name, query in queries.items():
             with contextlib.suppress(Exception):  # reported from query.exception()
-                query.awaitTermination()
+                if name in endless:
+                    _stop_when_caught_up(query)
+                else:
+                    query.awaitTermination()
         return
     try:
         spark.streams.awaitAnyTermination()
     except Exception:
         return
+
+
+def _stop_when_caught_up(query: StreamingQuery, poll_s: float = 0.1) -> None:
+    """Stop an available-now query that does not stop by itself once a micro-batch read no
+    rows: in available-now mode a batch without rows only runs after every available row was
+    read and committed. (``processAllAvailable`` never returns for such a query: each no-data
+    batch counts as progress.)"""
+    while query.isActive:
+        progress = query.lastProgress
+        if progress is not None and progress["numInputRows"] == 0:
+            query.stop()
+            return
+        time.sleep(poll_s)
 
 
 def run_layers(

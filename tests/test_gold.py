@@ -325,3 +325,42 @@ def test_ad_performance_counts_each_impression_once_whatever_its_clicks(spark, s
             Row(1, _at(60), _at(120), 1, 1, 1.0),
         ],
     )
+
+
+def test_purchase_alerts_stream_with_ttl_on_the_state(spark, settings, store):
+    """Alerts from a stream of purchases across micro-batches, each purchase at most once;
+    every element of the state carries its TTL expiry (processing time: batch time + ttl),
+    read back with the state data source reader."""
+    flow = _flow("gold.purchase_alerts")
+    buy = {"event_type": "purchase", "amount": 2.0}
+    started = dt.datetime.now(UTC)
+    _deliver(
+        spark,
+        store,
+        settings,
+        flow,
+        [_event(1, 0, **buy), _event(1, 0.25, **buy), _event(2, 0, **buy), _event(1, 3)],
+        [_event(1, 0.5, **buy), _event(2, 5, **buy)],
+        [_event(1, 0.75, **buy)],
+    )
+    alerts = store.read("gold.purchase_alerts").select(
+        "user_id", "purchase_time", "purchases_in_minute", "amount_in_minute"
+    )
+    assertDataFrameEqual(alerts, [Row(1, _at(0.5), 3, 6.0), Row(1, _at(0.75), 4, 8.0)])
+    state = (
+        spark.read.format("statestore")
+        .option("path", str(settings.checkpoint_path("gold", "purchase_alerts")))
+        .option("stateVarName", "recent")
+        .load()
+    )
+    ttl_ms = 6 * 3600 * 1000  # gold.state_ttl
+    rows = state.select(
+        "key.user_id", "list_element.value.event_id", "list_element.ttlExpirationMs"
+    ).collect()
+    assert (
+        sorted((r.user_id, r.event_id is not None) for r in rows)
+        == [(1, True)] * 4 + [(2, True)] * 2
+    )
+    for r in rows:
+        assert started.timestamp() * 1000 + ttl_ms <= r.ttlExpirationMs
+        assert r.ttlExpirationMs <= dt.datetime.now(UTC).timestamp() * 1000 + ttl_ms

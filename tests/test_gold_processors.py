@@ -290,3 +290,59 @@ def test_users_of_one_bucket_keep_their_own_sessions():
         _session(30, 45, 1, 0, 0.0, "/3c", "/3c", ["/3c"], {"page_view": 1}, user=3),
         _session(20, 35, 1, 1, 4.0, "/8b", "/8b", ["/8b"], {"purchase": 1}, user=8),
     ]
+
+
+def _purchases(*rows):
+    """(event_id, minute, amount) as purchase rows of user 7."""
+    return pd.DataFrame(
+        {
+            "user_id": [7] * len(rows),
+            "event_id": [r[0] for r in rows],
+            "event_time": [T + pd.Timedelta(minutes=r[1]) for r in rows],
+            "amount": [r[2] for r in rows],
+        }
+    )
+
+
+def _alerts_tester():
+    from gold.alerts import PurchaseAlertProcessor
+
+    return TwsTester(PurchaseAlertProcessor(3_600_000, 10 * MINUTE), timeMode="ProcessingTime")
+
+
+def _alert(event_id, minute, count, amount):
+    return {
+        "user_id": 7,
+        "event_id": event_id,
+        "purchase_time": pd.Timestamp(T + pd.Timedelta(minutes=minute), tz="UTC"),
+        "purchases_in_minute": count,
+        "amount_in_minute": amount,
+    }
+
+
+def test_the_third_purchase_within_a_minute_alerts_and_each_purchase_alerts_once():
+    tester = _alerts_tester()
+    assert tester.testInPandas(7, _purchases(("p1", 0, 1.0), ("p2", 0.5, 2.0))).empty
+    # p3 is 50 s after p2 but 80 s after p1: two in its minute, no alert yet
+    assert tester.testInPandas(7, _purchases(("p3", 1.33, 4.0))).empty
+    assert _rows(tester.testInPandas(7, _purchases(("p4", 1.4, 8.0), ("p2", 0.5, 2.0)))) == [
+        _alert("p4", 1.4, 3, 14.0)  # p2, p3, p4; p2 again is a resent copy: ignored
+    ]
+    assert tester.testInPandas(7, _purchases(("p4", 1.4, 8.0))).empty  # alerted once
+
+
+def test_a_late_purchase_makes_the_later_ones_of_its_minute_alert():
+    tester = _alerts_tester()
+    assert tester.testInPandas(7, _purchases(("a", 0, 1.0), ("c", 0.9, 3.0))).empty
+    assert _rows(tester.testInPandas(7, _purchases(("b", 0.5, 2.0)))) == [
+        _alert("c", 0.9, 3, 6.0)  # b arrived last but falls between: c is the 3rd in its minute
+    ]
+    state = tester.peekListState("recent", 7)
+    assert [(e, alerted) for _, e, _, alerted in state] == [("a", False), ("b", False), ("c", True)]
+
+
+def test_purchases_that_cannot_matter_any_more_leave_the_state():
+    tester = _alerts_tester()
+    tester.testInPandas(7, _purchases(("old", 0, 1.0)))
+    tester.testInPandas(7, _purchases(("new", 12, 1.0)))  # 12 min > lateness 10 + 1 minute
+    assert [e for _, e, _, _ in tester.peekListState("recent", 7)] == ["new"]
