@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gold import activity, ads, alerts, custom_sessions, sessions
+from gold import activity, ads, alerts, custom_sessions, sessions, spans
 from lakehouse.flows import Flow, Output, TableInput
 
 FLOWS = (
@@ -76,5 +76,14 @@ FLOWS = (
         },
         outputs=(Output(alerts.TABLE, schema=alerts.SCHEMA),),
         stops_itself=False,  # ProcessingTime mode (TTL): endless no-data micro-batches
+    ),
+    Flow(
+        name="gold.user_activity_spans",
+        description="per user and event type, first and last activity once idle 30 minutes "
+        "(applyInPandasWithState, event-time timeout)",
+        inputs=(TableInput("silver.events"),),
+        transform=spans.activity_spans,
+        params=lambda settings: {"watermark": settings.watermarks.events},
+        outputs=(Output(spans.TABLE, schema=spans.SCHEMA),),
     ),
 )
