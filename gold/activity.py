@@ -26,6 +26,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from gold.sessions import activity_totals
+
 FIVE_MINUTE_TABLE = "gold.user_activity_5m"
 FIVE_MINUTE_KEYS = ("user_id", "window_start")
 FIVE_MINUTE_SCHEMA = StructType(
@@ -54,15 +56,10 @@ HOURLY_SCHEMA = StructType(
 
 def five_minute_activity(events: DataFrame, *, watermark: str) -> DataFrame:
     """Per user and 5-minute window, updated as events arrive (update output mode)."""
-    purchase = F.col("event_type") == "purchase"
     return (
         events.withWatermark("event_time", watermark)
         .groupBy("user_id", F.window("event_time", "5 minutes"))
-        .agg(
-            F.count(F.lit(1)).alias("events"),
-            F.count(F.when(purchase, 1)).alias("purchases"),
-            F.coalesce(F.sum(F.when(purchase, F.col("amount"))), F.lit(0.0)).alias("revenue"),
-        )
+        .agg(*activity_totals())
         .select(
             "user_id",
             F.col("window.start").alias("window_start"),

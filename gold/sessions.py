@@ -32,17 +32,23 @@ SCHEMA = StructType(
 )
 
 
+def activity_totals() -> list:
+    """The aggregate columns ``events``, ``purchases`` and ``revenue`` (0.0 without one) of a
+    group of silver.events rows, shared by the gold tables that report them."""
+    purchase = F.col("event_type") == "purchase"
+    return [
+        F.count(F.lit(1)).alias("events"),
+        F.count(F.when(purchase, 1)).alias("purchases"),
+        F.coalesce(F.sum(F.when(purchase, F.col("amount"))), F.lit(0.0)).alias("revenue"),
+    ]
+
+
 def sessions(events: DataFrame, *, watermark: str, gap: str = GAP) -> DataFrame:
     """Sessions of each user from a stream of silver.events rows."""
-    purchase = F.col("event_type") == "purchase"
     return (
         events.withWatermark("event_time", watermark)
         .groupBy("user_id", F.session_window("event_time", gap).alias("session"))
-        .agg(
-            F.count(F.lit(1)).alias("events"),
-            F.count(F.when(purchase, 1)).alias("purchases"),
-            F.coalesce(F.sum(F.when(purchase, F.col("amount"))), F.lit(0.0)).alias("revenue"),
-        )
+        .agg(*activity_totals())
         .select(
             "user_id",
             F.col("session.start").alias("session_start"),
