@@ -370,16 +370,18 @@ def test_activity_spans_come_out_per_event_type_once_the_user_is_idle_30_minutes
     spark, settings, store
 ):
     """u1: page views at 10:00 and 10:20, a search at 10:05 (a later batch); u2: events 29
-    minutes apart, one span. Both come out when the watermark passes their last event plus
-    30 minutes (u9's event at 12:00); u1's event at 10:10 arriving after that is late and
-    dropped; u9's span is still open."""
+    minutes apart, one span; u3: events at 10:00, 10:30 and 11:01 in one batch, two spans (a
+    gap of exactly 30 minutes stays in one, 31 minutes split them, whatever the batches). All
+    come out when the watermark passes their last event plus 30 minutes (u9's event at
+    12:00); u1's event at 10:10 arriving after that is late and dropped; u9's span is still
+    open."""
     _deliver(
         spark,
         store,
         settings,
         _flow("gold.user_activity_spans"),
-        [_event(1, 0), _event(2, 0)],
-        [_event(1, 5, event_type="search"), _event(1, 20), _event(2, 29)],
+        [_event(1, 0), _event(2, 0), _event(3, 0), _event(3, 61)],
+        [_event(1, 5, event_type="search"), _event(1, 20), _event(2, 29), _event(3, 30)],
         [_event(9, 120)],
         [_event(1, 10)],
     )
@@ -389,5 +391,7 @@ def test_activity_spans_come_out_per_event_type_once_the_user_is_idle_30_minutes
             Row(1, "page_view", _at(0), _at(20), 2),
             Row(1, "search", _at(5), _at(5), 1),
             Row(2, "page_view", _at(0), _at(29), 2),
+            Row(3, "page_view", _at(0), _at(30), 2),
+            Row(3, "page_view", _at(61), _at(61), 1),
         ],
     )
