@@ -1,0 +1,95 @@
+"""Every gold table equals its batch computation (lakehouse.oracle) on generated data without
+late events, whatever the micro-batch sizes and across a restart of the gold job."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import pytest
+
+from lakehouse import generate as gen
+from lakehouse import oracle
+from lakehouse.progress import Progress
+from lakehouse.runner import run_layers
+from lakehouse.settings import duration_seconds
+
+EVENTS_LATENESS = pd.Timedelta(minutes=10)  # watermarks.events of the test settings
+ATTRIBUTION_LATENESS = pd.Timedelta(hours=5)  # watermarks.attribution
+
+
+def _table(store, name: str, keys: list[str]) -> pd.DataFrame:
+    frame = store.read(name).toPandas()
+    for column in frame.columns:
+        if pd.api.types.is_datetime64_any_dtype(frame[column]):
+            frame[column] = frame[column].dt.tz_localize("UTC")
+    return frame.sort_values(keys, ignore_index=True)
+
+
+def _same(found: pd.DataFrame, expected: pd.DataFrame, name: str) -> None:
+    assert len(expected) > 0, f"{name}: the generated data gives no expected rows"
+    found = found[list(expected.columns)]
+    # sums of amounts are added in another order: equal to a millionth
+    pd.testing.assert_frame_equal(
+        found, expected, check_dtype=False, check_exact=False, atol=1e-6, obj=name
+    )
+
+
+@pytest.mark.parametrize("max_files", [0, pytest.param(1, marks=pytest.mark.slow)])
+def test_gold_tables_equal_their_batch_computation(spark, settings, store, max_files):
+    """Two deliveries of 4 hours (the gold job stops after the first and restarts from its
+    checkpoints). ``max_files`` 0: each layer reads a delivery in one micro-batch; 1: every
+    layer reads one file (silver: one version) per micro-batch."""
+    assert pd.Timedelta(seconds=duration_seconds(settings.watermarks.events)) == EVENTS_LATENESS
+    quiet = lambda label: Progress(label, io.StringIO())  # noqa: E731
+    batches = settings.with_overrides({"trigger.max_files_per_trigger": max_files})
+    for _delivery in range(2):
+        params = gen.params_from_settings(
+            settings, events=1500, hours=4.0, file_minutes=30.0, late_fraction=0.0, users=40
+        )
+        gen.generate(spark, settings.root, params, progress=quiet)
+        run_layers(spark, batches, ["bronze", "silver", "gold"], out=io.StringIO())
+
+    events = store.read("silver.events").toPandas()
+    attribution = store.read("silver.ad_attribution").toPandas()
+    keys = ["user_id", "session_start"]
+    expected_sessions = oracle.sessions(events, EVENTS_LATENESS)
+    _same(_table(store, "gold.sessions", keys), expected_sessions.iloc[:, :6], "gold.sessions")
+    custom, stats = oracle.sessions_custom(events, EVENTS_LATENESS)
+    _same(_table(store, "gold.sessions_custom", keys), custom, "gold.sessions_custom")
+    _same(
+        _table(store, "gold.session_stats_hourly", ["hour_start"]),
+        stats,
+        "gold.session_stats_hourly",
+    )
+    _same(
+        _table(store, "gold.user_activity_5m", ["user_id", "window_start"]),
+        oracle.user_activity_5m(events),
+        "gold.user_activity_5m",
+    )
+    _same(
+        _table(store, "gold.user_activity_hourly", ["user_id", "hour_start"]),
+        oracle.user_activity_hourly(events, EVENTS_LATENESS),
+        "gold.user_activity_hourly",
+    )
+    _same(
+        _table(store, "gold.ad_performance_hourly", ["ad_id", "hour_start"]),
+        oracle.ad_performance_hourly(attribution, ATTRIBUTION_LATENESS),
+        "gold.ad_performance_hourly",
+    )
+    _same(
+        _table(store, "gold.user_activity_spans", ["user_id", "first_activity", "event_type"]),
+        oracle.user_activity_spans(events, EVENTS_LATENESS),
+        "gold.user_activity_spans",
+    )
+    # an alert carries the figures of the moment it was raised: the same purchases alert
+    # whatever the batches, and their figures are those of the whole minute in one batch
+    alerts = _table(store, "gold.purchase_alerts", ["user_id", "purchase_time", "event_id"])
+    expected_alerts = oracle.purchase_alerts(events)
+    identity = ["user_id", "event_id", "purchase_time"]
+    _same(alerts[identity], expected_alerts[identity], "gold.purchase_alerts")
+    if max_files == 0:
+        _same(alerts, expected_alerts, "gold.purchase_alerts")
+    else:
+        assert (alerts["purchases_in_minute"] >= 3).all()
+        assert (alerts["purchases_in_minute"] <= expected_alerts["purchases_in_minute"]).all()
