@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import logging
 import re
 import sys
@@ -303,14 +304,29 @@ def _wait(
         return
 
 
+def _caught_up(progress: dict | None) -> bool:
+    """Whether a micro-batch's progress shows every available row read and committed: it read
+    no rows and each source's end offset is its latest one. (A batch can read no rows while
+    data waits: the no-data batch a restarted query may run first, or an empty file.)"""
+    if progress is None or progress["numInputRows"]:
+        return False
+
+    def offset(value):
+        return json.loads(value) if isinstance(value, str) else value
+
+    return all(
+        source.get("latestOffset") is None
+        or offset(source["endOffset"]) == offset(source["latestOffset"])
+        for source in progress["sources"]
+    )
+
+
 def _stop_when_caught_up(query: StreamingQuery, poll_s: float = 0.1) -> None:
-    """Stop an available-now query that does not stop by itself once a micro-batch read no
-    rows: in available-now mode a batch without rows only runs after every available row was
-    read and committed. (``processAllAvailable`` never returns for such a query: each no-data
-    batch counts as progress.)"""
+    """Stop an available-now query that does not stop by itself once a micro-batch shows it
+    caught up (see :func:`_caught_up`). (``processAllAvailable`` never returns for such a
+    query: each no-data batch counts as progress.)"""
     while query.isActive:
-        progress = query.lastProgress
-        if progress is not None and progress["numInputRows"] == 0:
+        if _caught_up(query.lastProgress):
             query.stop()
             return
         time.sleep(poll_s)

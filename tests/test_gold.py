@@ -395,3 +395,26 @@ def test_activity_spans_come_out_per_event_type_once_the_user_is_idle_30_minutes
             Row(3, "page_view", _at(61), _at(61), 1),
         ],
     )
+
+
+def test_an_endless_query_is_stopped_only_once_every_available_row_is_read():
+    """The runner stops a ProcessingTime-mode query (gold.purchase_alerts) in available-now
+    mode after a micro-batch that read no rows and left no data behind: not after the no-data
+    batch a restarted query may run first, nor after a batch that read an empty file."""
+    from lakehouse.runner import _caught_up
+
+    def progress(rows, start, end, latest):
+        offset = '{{"version": {}, "snapshot": false, "index": 0}}'.format
+        return {
+            "numInputRows": rows,
+            "sources": [
+                {"startOffset": offset(start), "endOffset": offset(end), "latestOffset": latest}
+            ],
+        }
+
+    assert not _caught_up(None)  # no batch yet
+    assert not _caught_up(progress(0, 4, 4, '{"version": 9, "snapshot": false, "index": 0}'))
+    assert not _caught_up(progress(0, 4, 5, '{"version": 9, "snapshot": false, "index": 0}'))
+    assert not _caught_up(progress(12, 4, 9, '{"version": 9, "snapshot": false, "index": 0}'))
+    assert _caught_up(progress(0, 9, 9, '{"version": 9, "snapshot": false, "index": 0}'))
+    assert _caught_up(progress(0, 9, 9, None))  # a source that reports no latest offset
