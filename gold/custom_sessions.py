@@ -10,13 +10,22 @@ The state is keyed by a bucket of users (``pmod(xxhash64(user_id), buckets)``), 
 user: each call of the processor then handles the rows of many users at once with numpy, and
 the state calls, each a round trip from the Python worker to the JVM, are paid per bucket.
 Keyed per user the processor ran at a fifth of session_window's throughput, most of it in
-those round trips (see bench/sessions.py). Sessions are still per user. State per bucket:
+those round trips (see bench/sessions.py). Sessions are still per user.
+
+The events reach the processor packed: a stateless ``mapInArrow`` turns the rows of each input
+partition into one row per bucket holding them as an Arrow IPC blob (:func:`pack_events`).
+PySpark's pandas input path of transformWithState handles every input row in Python (a
+namedtuple, a key tuple and boxed values per row, a DataFrame rebuilt per key): that was more
+than half of the processor's time. Packed rows carry no event-time column, so Spark does not
+filter late rows for the processor: it drops them itself, by Spark's rule (a row at or behind
+the watermark of the micro-batch before is late), with the watermark each bucket saw at its
+last call, kept beside its open sessions. State per bucket:
 
 - ``session`` (ValueState): the open sessions' summaries, by user and start: user, start,
-  last event, events, purchases, revenue, landing and exit page, pages listed so far; and the
-  one event-time timer registered. A user may have several open sessions: those of one
-  micro-batch stay open until the watermark passes each end, because an event arriving later
-  within the lateness may still join two of them.
+  last event, events, purchases, revenue, landing and exit page, pages listed so far; the
+  one event-time timer registered; the watermark of the bucket's last call. A user may have
+  several open sessions: those of one micro-batch stay open until the watermark passes each
+  end, because an event arriving later within the lateness may still join two of them.
 - ``pages`` (ListState): the visits worth listing (the first ``max_pages`` pages of each open
   session), one element per micro-batch: a run of (user, time, page) appended in one call and
   read only when sessions close.
@@ -26,8 +35,9 @@ those round trips (see bench/sessions.py). Sessions are still per user. State pe
 
 No TTL: Spark 4.2 refuses TTL in the EventTime time mode
 (STATEFUL_PROCESSOR_INCORRECT_TIME_MODE_TO_ASSIGN_TTL). Every open session is closed by the
-timer when the watermark passes its end and the timer clears what it closes, so no state
-outlives the watermark; gold.purchase_alerts shows TTL, in the ProcessingTime mode.
+timer when the watermark passes its end and the timer clears what it closes, so no session
+outlives the watermark (a bucket keeps only its last watermark); gold.purchase_alerts shows
+TTL, in the ProcessingTime mode.
 
 Hourly statistics are chained after the processor through its event-time column
 ``session_end``: a row emitted when the watermark passes a session's end is never behind the
@@ -44,6 +54,7 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
@@ -64,9 +75,10 @@ from lakehouse.settings import duration_seconds
 TABLE = "gold.sessions_custom"
 STATS_TABLE = "gold.session_stats_hourly"
 EVENT_TYPES = ("page_view", "search", "add_to_cart", "purchase")
+_PURCHASE = EVENT_TYPES.index("purchase")
 GAP = "15 minutes"
 MAX_PAGES = 50
-BUCKETS = 256
+BUCKETS = 64
 
 SCHEMA = StructType(
     [
@@ -113,9 +125,12 @@ SEED_SCHEMA = StructType(
 # one binary field per value is one opaque blob to pickle.
 _SESSION_STATE = StructType(
     [
-        # the open sessions' summaries: one Arrow record batch with the _FIELDS columns
+        # the open sessions' summaries: one Arrow record batch with the _FIELDS columns (null
+        # while none is open)
         StructField("sessions", BinaryType()),
         StructField("timer", LongType()),  # the one event-time timer registered
+        # the watermark of the bucket's last call: the next call drops rows at or behind it
+        StructField("watermark", LongType()),
     ]
 )
 # one element per bucket and micro-batch: the visits worth listing, (user, time, page)
@@ -124,7 +139,11 @@ _TYPE_KEY = StructType([StructField("event_type", StringType())])
 # per event type, int64 counts aligned with the open sessions
 _COUNTS = StructType([StructField("counts", BinaryType())])
 _MS = 1000
+_US_PER_MS = 1000
 _NS_PER_MS = 1_000_000
+# what the processor reads of silver.events, packed per bucket (see pack_events)
+INPUT_COLUMNS = ("user_id", "event_time", "event_type", "page", "amount")
+PACKED_SCHEMA = StructType([StructField("bucket", LongType()), StructField("events", BinaryType())])
 _NEVER = np.iinfo(np.int64).min
 
 # how each summary column of merged sessions is combined
@@ -188,23 +207,72 @@ def state_columns(blob: bytes) -> dict[str, list]:
     return {name: values.tolist() for name, values in _unpack(blob).items()}
 
 
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def pack_events(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """For ``mapInArrow``: the rows of one input partition (a ``bucket`` column and
+    INPUT_COLUMNS) as one row per bucket, its rows an Arrow IPC blob (PACKED_SCHEMA)."""
+    batches = list(batches)
+    if not batches or not sum(b.num_rows for b in batches):
+        return
+    table = pa.Table.from_batches(batches).combine_chunks()
+    buckets = table.column("bucket").to_numpy()
+    order = np.argsort(buckets, kind="stable")
+    buckets = buckets[order]
+    rows = table.select(list(INPUT_COLUMNS)).take(pa.array(order))
+    starts = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]])
+    ends = np.r_[starts[1:], len(buckets)]
+    yield pa.record_batch(
+        [
+            pa.array(buckets[starts], pa.int64()),
+            pa.array([_ipc(rows.slice(a, b - a)) for a, b in zip(starts, ends, strict=True)]),
+        ],
+        names=["bucket", "events"],
+    )
+
+
+def pack_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """Events (a pandas frame with INPUT_COLUMNS) as the processor receives them from
+    :func:`pack_events`: one packed row. For tests and tools that call the processor."""
+    return pd.DataFrame({"events": [_ipc(pa.Table.from_pandas(frame[list(INPUT_COLUMNS)]))]})
+
+
+def _unpack_events(frames: Iterator[pd.DataFrame]) -> dict[str, np.ndarray]:
+    """The packed rows of a processor call as numpy columns: user, time (microseconds),
+    kind (index in EVENT_TYPES, -1 for another), page, amount (NaN when null)."""
+    tables = [pa.ipc.open_stream(blob).read_all() for frame in frames for blob in frame["events"]]
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    time = pc.cast(table.column("event_time"), pa.timestamp("us", "UTC")).cast(pa.int64())
+    kind = pc.index_in(table.column("event_type"), value_set=pa.array(EVENT_TYPES))
+    return {
+        "user": table.column("user_id").to_numpy().astype(np.int64),
+        "time": time.to_numpy(),
+        "kind": kind.fill_null(-1).to_numpy().astype(np.int64),
+        "page": table.column("page").to_numpy(zero_copy_only=False).astype(object),
+        "amount": pc.cast(table.column("amount"), pa.float64()).to_numpy(zero_copy_only=False),
+    }
+
+
 def _empty() -> _Open:
     return _Open(np.zeros((len(EVENT_TYPES), 0)), **{f: [] for f in _FIELDS})
 
 
-def _singletons(rows: pd.DataFrame) -> tuple[_Open, np.ndarray, np.ndarray, np.ndarray]:
-    """Each input event as a one-event session, ordered by (user, time, page); with its
-    (user, time, page)."""
-    user = rows["user_id"].to_numpy(dtype=np.int64)
-    time = rows["event_time"].to_numpy(dtype="datetime64[ns]").astype(np.int64) // _NS_PER_MS
-    page = rows["page"].to_numpy(dtype=object)
-    kind = rows["event_type"].to_numpy(dtype=object)
+def _singletons(rows: dict[str, np.ndarray]) -> tuple[_Open, np.ndarray, np.ndarray, np.ndarray]:
+    """Each input event (columns of :func:`_unpack_events`) as a one-event session, ordered by
+    (user, time, page); with its (user, time, page)."""
+    user, page, kind = rows["user"], rows["page"], rows["kind"]
+    time = rows["time"] // _US_PER_MS
     order = np.lexsort((page.astype(str), time, user))
     user, time, page, kind = user[order], time[order], page[order], kind[order]
-    amount = rows["amount"].to_numpy(dtype=np.float64, na_value=np.nan)[order]
-    purchase = kind == "purchase"
+    amount = rows["amount"][order]
+    purchase = kind == _PURCHASE
     single = _Open(
-        np.stack([(kind == t).astype(np.int64) for t in EVENT_TYPES]),
+        np.stack([(kind == code).astype(np.int64) for code in range(len(EVENT_TYPES))]),
         user=user,
         start=time,
         last=time,
@@ -300,16 +368,19 @@ class SessionProcessor(StatefulProcessor):
 
     # -- state <-> working form: one call per variable ---------------------------------------
 
-    def _load(self) -> tuple[_Open, int | None]:
+    def _load(self) -> tuple[_Open, int | None, int | None]:
+        """The open sessions, the timer registered and the watermark of the last call."""
         state = self.session.get()
         if state is None:
-            return _empty(), None
-        blob, timer = state
+            return _empty(), None, None
+        blob, timer, watermark = state
+        if blob is None:
+            return _empty(), None, watermark
         columns = _unpack(blob)
         by_type = {k[0]: np.frombuffer(v[0], dtype=np.int64) for k, v in self.counts.iterator()}
         zero = np.zeros(len(columns["start"]), dtype=np.int64)
         counts = [by_type.get(t, zero) for t in EVENT_TYPES]
-        return _Open(counts, **columns), timer
+        return _Open(counts, **columns), timer, watermark
 
     def _listed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The listed visits, by (user, time); runs are in arrival order and ties keep it."""
@@ -322,18 +393,20 @@ class SessionProcessor(StatefulProcessor):
         order = np.lexsort((times, users))
         return users[order], times[order], pages[order]
 
-    def _save(self, opened: _Open, timer: int | None, old: _Open) -> None:
-        """Write the summaries, the counts and the timer (the pages are the caller's)."""
+    def _save(self, opened: _Open, timer: int | None, old: _Open, watermark: int) -> None:
+        """Write the summaries, the counts, the timer and the watermark of this call (the
+        pages are the caller's). With no session open, only the watermark stays."""
         if not len(opened):
-            self.session.clear()
-            self.counts.clear()
+            self.session.update((None, None, watermark))
+            if len(old):
+                self.counts.clear()
             return
         due = int(opened.last.min()) + self.gap_ms
         if due != timer:
             if timer is not None:
                 self.handle.deleteTimer(timer)
             self.handle.registerTimer(due)
-        self.session.update((_pack({f: getattr(opened, f) for f in _FIELDS}), due))
+        self.session.update((_pack({f: getattr(opened, f) for f in _FIELDS}), due, watermark))
         same_shape = len(old) == len(opened)
         for i, event_type in enumerate(EVENT_TYPES):
             row = opened.counts[i]
@@ -344,7 +417,7 @@ class SessionProcessor(StatefulProcessor):
             elif len(old) and old.counts[i].any():
                 self.counts.removeKey((event_type,))
 
-    def _add(self, old: _Open, timer, new: _Open, users, times, pages) -> None:
+    def _add(self, old: _Open, timer, watermark, new: _Open, users, times, pages) -> None:
         """Merge ``new`` sessions (with their visits, by user and time) into ``old``; save."""
         opened = merge(_Open.concat(old, new), self.gap_ms)
         listing = _worth_listing(opened, users, times, self.max_pages)
@@ -354,31 +427,39 @@ class SessionProcessor(StatefulProcessor):
             np.add.at(opened.listed, group, 1)
             np.maximum.at(opened.listed_until, group, times)
             self.pages.appendValue((_pack({"user": users, "time": times, "page": pages}),))
-        self._save(opened, timer, old)
+        self._save(opened, timer, old, watermark)
 
     # -- the processor --------------------------------------------------------------------
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-        frames = list(rows)
-        frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-        old, timer = self._load()
-        self._add(old, timer, *_singletons(frame))
+        events = _unpack_events(rows)
+        old, timer, seen = self._load()
+        watermark = timerValues.getCurrentWatermarkInMs()
+        if seen is not None:  # Spark's rule: at or behind the watermark before is late
+            on_time = events["time"] > seen * _US_PER_MS
+            if not on_time.all():
+                events = {name: column[on_time] for name, column in events.items()}
+        if len(events["time"]):
+            self._add(old, timer, watermark, *_singletons(events))
+        else:
+            self._save(old, timer, old, watermark)
         return iter(())
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
-        opened, _ = self._load()
+        opened, _, _ = self._load()
+        watermark = timerValues.getCurrentWatermarkInMs()
         if not len(opened):  # nothing open: a timer left behind (cannot happen by design)
             return
         # the fired timer is deleted by Spark after this call: the next one is registered
-        closed = opened.last + self.gap_ms <= timerValues.getCurrentWatermarkInMs()
+        closed = opened.last + self.gap_ms <= watermark
         if not closed.any():
-            self._save(opened, None, opened)
+            self._save(opened, None, opened, watermark)
             return
         users, times, pages = self._listed()
         group = _group_of(opened, users, times)
         out = self._rows(opened, closed, group, pages)
         rest = opened.take(~closed)
-        self._save(rest, None, opened)
+        self._save(rest, None, opened, watermark)
         keep = (group >= 0) & ~closed[np.maximum(group, 0)]
         if not keep.any():
             self.pages.clear()
@@ -411,8 +492,9 @@ class SessionProcessor(StatefulProcessor):
         times = np.repeat(start, sizes)
         pages = np.asarray([p for run in listed for p in run], dtype=object)
         order = np.lexsort((times, users))  # stable: each seed's pages keep their order
-        old, timer = self._load()
-        self._add(old, timer, seeded, users[order], times[order], pages[order])
+        old, timer, _ = self._load()
+        watermark = timerValues.getCurrentWatermarkInMs()
+        self._add(old, timer, watermark, seeded, users[order], times[order], pages[order])
 
     def _rows(self, opened: _Open, closed: np.ndarray, group: np.ndarray, pages) -> pd.DataFrame:
         """The closed sessions as output rows; ``group`` maps each listed page (sorted by user
@@ -477,7 +559,8 @@ def custom_sessions(
         seed = initial_state.select(bucket(buckets), *SEED_SCHEMA.fieldNames()).groupBy("bucket")
     return (
         events.withWatermark("event_time", watermark)
-        .select(bucket(buckets), "user_id", "event_time", "event_type", "page", "amount")
+        .select(bucket(buckets), *INPUT_COLUMNS)
+        .mapInArrow(pack_events, PACKED_SCHEMA)
         .groupBy("bucket")
         .transformWithStateInPandas(
             processor,

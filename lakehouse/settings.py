@@ -97,7 +97,7 @@ class GoldSettings:
     session_max_pages: int = 50  # pages listed per gold.sessions_custom row, in order
     # gold.sessions_custom keys its state by bucket of users: fewer, larger state calls.
     # About users / 40 is a good size; more buckets mean smaller state rewritten per batch
-    session_buckets: int = 256
+    session_buckets: int = 64
     # a table of open sessions (gold.custom_sessions.SEED_SCHEMA) the first run of
     # gold.sessions_custom starts from, e.g. when migrating from another job; "" = none
     sessions_seed_table: str = ""
