@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from lakehouse.settings import Settings, SettingsError, load_settings
@@ -173,6 +174,31 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(settings_from_args(args), events=args.events)
 
 
+def cmd_sql(args: argparse.Namespace) -> int:
+    from lakehouse.sql import SqlError, print_rows, register_tables, run_sql
+
+    settings = settings_from_args(args)
+    if (args.statement is None) == (args.file is None):
+        raise SqlError("give a statement or --file, one of the two")
+    statement = args.statement
+    if args.file is not None:
+        try:
+            statement = Path(args.file).read_text()
+        except OSError as exc:
+            raise SqlError(f"cannot read --file {args.file}: {exc.strerror}") from None
+    with spark_session(settings, "lakehouse-sql") as spark:
+        if not register_tables(spark, settings):
+            print(f"lakehouse: note: no tables under {settings.root / 'tables'}", file=sys.stderr)
+        columns, rows, more = run_sql(spark, statement, args.max_rows)
+    print_rows(columns, rows, args.format)
+    if more:
+        print(
+            f"lakehouse: note: only the first {args.max_rows:,} rows (raise --max-rows)",
+            file=sys.stderr,
+        )
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """Bad arguments get one line (and the exit code 2), not the whole usage text."""
 
@@ -293,6 +319,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="events to generate when the lake has no landing data (default %(default)s)",
     )
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser(
+        "sql",
+        parents=[common],
+        help="run a Spark SQL statement over the lake's tables (named layer.table)",
+    )
+    p.add_argument("statement", nargs="?", help='e.g. "SELECT * FROM gold.sessions LIMIT 10"')
+    p.add_argument("--file", help="read the statement from this file (e.g. queries/*.sql)")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument(
+        "--max-rows",
+        type=_non_negative_int,
+        default=10_000,
+        help="print at most this many rows (default %(default)s)",
+    )
+    p.set_defaults(func=cmd_sql)
     return parser
 
 
@@ -300,6 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from lakehouse.generate import GenerateError
     from lakehouse.javacheck import JavaError
     from lakehouse.runner import FlowFailed, MissingInput, UnknownLayer
+    from lakehouse.sql import SqlError
     from lakehouse.storage import SchemaMismatch, TableNotFound, UnsupportedChange
 
     args = build_parser().parse_args(argv)
@@ -317,6 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         TableNotFound,
         SchemaMismatch,
         UnsupportedChange,
+        SqlError,
     ) as exc:  # bad input or configuration: exit 2
         print(f"lakehouse: error: {exc}", file=sys.stderr)
         return 2

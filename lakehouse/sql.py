@@ -1,0 +1,144 @@
+"""SQL over the lake: every Delta table registered under its ``layer.table`` name.
+
+``lakehouse sql "SELECT ..."`` runs one statement and prints its result as a table, CSV or
+JSON lines; the Thrift JDBC/ODBC server registers the same tables. Each layer is a database of
+the session catalog and each table an external table over its folder, read through the
+backend the settings choose (``deltalake`` for embedded, ``delta`` for native).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import decimal
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TextIO
+
+from lakehouse.maintain import lake_tables
+from lakehouse.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+FORMATS = ("table", "csv", "json")
+
+
+class SqlError(ValueError):
+    """A statement Spark could not analyse or run: its own message, on one line."""
+
+
+def _table_source(name: str, path: str) -> type:
+    """The ``deltalake`` data source of one table, under a name of its own. Spark 4.2 passes
+    no options (not even the path) to a Python data source behind a catalog table, so each
+    table gets a source that knows its path."""
+    from lakehouse.storage.delta_source import DeltaLakeDataSource
+
+    source_name = "lakehouse_" + name.replace(".", "__")
+
+    class TableSource(DeltaLakeDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return source_name
+
+        def __init__(self, options):
+            super().__init__({**options, "path": path, "tableName": name})
+
+    return TableSource
+
+
+def register_tables(spark: SparkSession, settings: Settings) -> list[str]:
+    """Register every table of the lake as ``layer.table``; the names registered."""
+    names = []
+    for name, path in lake_tables(settings):
+        layer, table = name.split(".")
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS `{layer}`")
+        spark.sql(f"DROP TABLE IF EXISTS `{layer}`.`{table}`")
+        location = str(path.absolute())
+        if settings.backend == "native":
+            quoted = location.replace("'", "\\'")
+            spark.sql(f"CREATE TABLE `{layer}`.`{table}` USING delta LOCATION '{quoted}'")
+        else:
+            source = _table_source(name, location)
+            spark.dataSource.register(source)
+            spark.sql(f"CREATE TABLE `{layer}`.`{table}` USING {source.name()}")
+        names.append(name)
+    return names
+
+
+def run_sql(spark: SparkSession, statement: str, max_rows: int) -> tuple[list[str], list, bool]:
+    """Run ``statement``: its column names, at most ``max_rows`` rows, and whether there were
+    more."""
+    from pyspark.errors import AnalysisException, ParseException
+    from pyspark.logger import PySparkLogger
+
+    # PySpark logs a failed statement's error with its whole JVM stack as JSON; the caller
+    # reports it in one line
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        frame = spark.sql(statement)
+        rows = frame.limit(max_rows + 1).collect()
+    except (AnalysisException, ParseException) as exc:
+        # the message's first line says what is wrong; the rest is Spark's plan
+        raise SqlError(str(exc).strip().splitlines()[0]) from None
+    return frame.columns, rows[:max_rows], len(rows) > max_rows
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):  # a JSON number, as Spark's to_json writes it
+        return float(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "asDict"):
+        return _jsonable(value.asDict())
+    return value
+
+
+def print_rows(columns: Sequence[str], rows: Sequence, fmt: str, out: TextIO | None = None) -> None:
+    """Print rows as an aligned table (numbers to the right), CSV with a header, or JSON lines."""
+    out = out or sys.stdout
+    if fmt == "csv":
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow(["" if v is None else v for v in row])
+        return
+    if fmt == "json":
+        for row in rows:
+            print(json.dumps(dict(zip(columns, map(_jsonable, row), strict=True))), file=out)
+        return
+    cells = [[_text(v) for v in row] for row in rows]
+    numeric = [
+        all(isinstance(row[i], int | float | decimal.Decimal) or row[i] is None for row in rows)
+        for i in range(len(columns))
+    ]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+
+    def line(values):
+        return " | ".join(
+            v.rjust(w) if num else v.ljust(w)
+            for v, w, num in zip(values, widths, numeric, strict=True)
+        ).rstrip()
+
+    print(line(columns), file=out)
+    print("-+-".join("-" * w for w in widths), file=out)
+    for row in cells:
+        print(line(row), file=out)
+    print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})", file=out)

@@ -1,0 +1,112 @@
+"""``lakehouse sql``: the lake's tables under their layer.table names, and the example BI
+queries of queries/*.sql on crafted gold tables with known answers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from gold.ads import SCHEMA as ADS_SCHEMA
+from gold.sessions import SCHEMA as SESSIONS_SCHEMA
+from lakehouse.cli import main
+
+QUERIES = Path(__file__).resolve().parents[1] / "queries"
+UTC = dt.UTC
+
+
+def _at(hour, minute=0):
+    return dt.datetime(2026, 1, 5, hour, minute, tzinfo=UTC)
+
+
+@pytest.fixture
+def gold(spark, store):
+    ads = [  # (ad, hour, impressions, clicks)
+        (1, 10, 10, 2),
+        (2, 10, 4, 1),
+        (3, 10, 5, 0),
+        (4, 10, 1, 1),  # one impression: left out of the ranking
+        (5, 10, 8, 2),  # ties ad 2 at 0.25: the lower ad id ranks first
+        (1, 11, 3, 1),
+    ]
+    store.write(
+        spark.createDataFrame(
+            [(a, _at(h), _at(h + 1), i, c, c / i) for a, h, i, c in ads], ADS_SCHEMA
+        ),
+        "gold.ad_performance_hourly",
+    )
+    sessions = [
+        (1, _at(10, 5), _at(10, 35), 2, 1, 12.5),
+        (2, _at(10, 40), _at(10, 55), 1, 0, 0.0),
+        (1, _at(11, 10), _at(11, 40), 3, 0, 0.0),
+    ]
+    store.write(spark.createDataFrame(sessions, SESSIONS_SCHEMA), "gold.sessions")
+
+
+def _sql(settings, capsys, *args):
+    code = main(["sql", *args, "--root", str(settings.root), "--profile", "test"])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_top_ads_by_click_through_rate_per_hour(gold, settings, capsys):
+    query = str(QUERIES / "top_ads_by_ctr_per_hour.sql")
+    code, out, _ = _sql(settings, capsys, "--file", query, "--format", "csv")
+    assert code == 0
+    assert out.splitlines() == [
+        "hour_start,ad_id,impressions,clicks,ctr,rank",
+        "2026-01-05 10:00:00,2,4,1,0.25,1",
+        "2026-01-05 10:00:00,5,8,2,0.25,2",
+        "2026-01-05 10:00:00,1,10,2,0.2,3",
+        "2026-01-05 11:00:00,1,3,1,0.3333,1",
+    ]
+
+
+def test_sessions_per_hour_as_a_table_and_as_json_lines(gold, settings, capsys):
+    query = str(QUERIES / "sessions_per_hour.sql")
+    code, out, _ = _sql(settings, capsys, "--file", query)
+    assert code == 0
+    assert out.splitlines() == [
+        "hour_start          | sessions | mean_minutes | buying_share | revenue",
+        "--------------------+----------+--------------+--------------+--------",
+        "2026-01-05 10:00:00 |        2 |         22.5 |          0.5 |    12.5",
+        "2026-01-05 11:00:00 |        1 |           30 |            0 |       0",
+        "(2 rows)",
+    ]
+    code, out, _ = _sql(settings, capsys, "--file", query, "--format", "json")
+    assert [json.loads(line) for line in out.splitlines()] == [
+        {
+            "hour_start": "2026-01-05T10:00:00",
+            "sessions": 2,
+            "mean_minutes": 22.5,
+            "buying_share": 0.5,
+            "revenue": 12.5,
+        },
+        {
+            "hour_start": "2026-01-05T11:00:00",
+            "sessions": 1,
+            "mean_minutes": 30.0,
+            "buying_share": 0.0,
+            "revenue": 0.0,
+        },
+    ]
+
+
+def test_more_rows_than_max_rows_are_cut_with_a_note(gold, settings, capsys):
+    code, out, err = _sql(
+        settings, capsys, "SELECT ad_id FROM gold.ad_performance_hourly ORDER BY ad_id",
+        "--format", "csv", "--max-rows", "2",
+    )  # fmt: skip
+    assert (code, out.splitlines()) == (0, ["ad_id", "1", "1"])
+    assert "only the first 2 rows (raise --max-rows)" in err
+
+
+def test_a_bad_statement_gets_one_line_and_exit_code_2(gold, settings, capsys):
+    code, out, err = _sql(settings, capsys, "SELECT * FROM gold.nope")
+    assert (code, out) == (2, "")
+    assert err.startswith("lakehouse: error: [TABLE_OR_VIEW_NOT_FOUND] The table or view")
+    assert len(err.strip().splitlines()) == 1
+    code, _, err = _sql(settings, capsys)
+    assert (code, err) == (2, "lakehouse: error: give a statement or --file, one of the two\n")
