@@ -1,9 +1,10 @@
 """``lakehouse demo``: generate a small lake and run the layers that exist so far.
 
 It generates synthetic landing data (100,000 events by default; skipped when the lake root
-already has a manifest), runs bronze and silver in available-now mode, and prints what each
-table holds next to what the generator's manifest says should be there, then what silver
-dropped (duplicates, late rows) and quarantined (per rule).
+already has a manifest), runs bronze, silver and gold in available-now mode, and prints what
+each table holds next to what the generator's manifest says should be there, then what silver
+dropped (duplicates, late rows) and quarantined (per rule), then the first rows of every gold
+table.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def _demo(spark, store, settings: Settings, events: int) -> int:
         print(f"landing data found ({manifest_path}); not generating more")
     else:
         gen.generate(spark, settings.root, gen.params_from_settings(settings, events=events))
-    reports = {r.flow: r for r in run_layers(spark, settings, ["bronze", "silver"])}
+    reports = {r.flow: r for r in run_layers(spark, settings, ["bronze", "silver", "gold"])}
     totals = json.loads(manifest_path.read_text())["totals"]
     quarantine = store.read(QUARANTINE_TABLE)
     print()
@@ -65,6 +66,7 @@ def _demo(spark, store, settings: Settings, events: int) -> int:
     )
     if any(flow.startswith("silver.") for flow in reports):
         balanced &= _silver_books(store)
+    _gold_rows(store, [name for name in reports if name.startswith("gold.")])
     if not balanced:
         print("the books do not balance: some rows are not where they should be (see above)")
         return 1
@@ -148,3 +150,15 @@ def _silver_books(store) -> bool:
             f"failed on {row['rows']:,} row(s)"
         )
     return balanced
+
+
+def _gold_rows(store, flows: list[str], rows: int = 5) -> None:
+    """Print each gold table's row count and its first rows by key (its first two columns)."""
+    from gold.flows import FLOWS
+
+    tables = [o.table for f in FLOWS if f.name in flows for o in f.outputs]
+    for table in tables:
+        frame = store.read(table)
+        print()
+        print(f"{table}: {frame.count():,} rows; the first {rows}:")
+        frame.orderBy(*frame.columns[:2]).show(rows, truncate=48)

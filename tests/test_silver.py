@@ -368,7 +368,9 @@ def test_ad_attribution_joins_within_the_hour_and_emits_unmatched_once(spark, se
 
 
 @pytest.mark.slow
-def test_the_demo_prints_the_books_of_bronze_and_silver(spark, settings, store, capsys):
+def test_the_demo_prints_the_books_of_bronze_and_silver_and_gold_rows(
+    spark, settings, store, capsys
+):
     from lakehouse.demo import _demo
 
     assert _demo(spark, store, settings, 2000) == 0
@@ -397,4 +399,9 @@ def test_the_demo_prints_the_books_of_bronze_and_silver(spark, settings, store, 
         "operator 1 dedupeWithinWatermark",
         "operator 2 dedupeWithinWatermark",
     ]
+    # then every gold table, with its row count
+    from gold.flows import FLOWS as GOLD
+
+    for table in [o.table for flow in GOLD for o in flow.outputs]:
+        assert f"{table}: {store.read(table).count():,} rows; the first 5:" in out
     assert out.rstrip().endswith("every landing line is in one place, as the manifest says")
