@@ -25,6 +25,7 @@ import threading
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -116,9 +117,11 @@ class Rule:
         return ~self.applies() | F.coalesce(self.check_column(now), F.lit(True))
 
 
-def load_rules(path: str | Path) -> tuple[Rule, ...]:
-    """Read and check a rules file; a mistake names the rule and the key."""
-    path = Path(path)
+def load_rules(path: str | Path | Traversable) -> tuple[Rule, ...]:
+    """Read and check a rules file (a path, or package data from importlib.resources); a
+    mistake names the rule and the key."""
+    if isinstance(path, str):
+        path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:

@@ -9,7 +9,7 @@ in time comes out once, with null click columns, when the watermark has passed t
 
 from __future__ import annotations
 
-from pathlib import Path
+from importlib import resources
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -19,7 +19,7 @@ from lakehouse.quality import FAILED, Rule, dropped, flag, load_rules
 from silver.quarantine import ROUTE, SIDE, to_quarantine
 
 TABLE = "silver.ad_attribution"
-RULES = Path(__file__).with_name("rules")
+RULES = resources.files("silver") / "rules"  # package data: also loads from a zip
 SCHEMA = StructType(
     [
         StructField("impression_id", StringType()),

@@ -9,7 +9,7 @@ to silver.events. Both branches come out of the same query as one stream marked 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
+from importlib import resources
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -19,7 +19,8 @@ from bronze.sources import SCHEMAS
 from lakehouse.quality import FAILED, Rule, dropped, flag, load_rules
 from silver.quarantine import ROUTE, to_quarantine
 
-RULES_FILE = Path(__file__).with_name("rules") / "events.toml"
+# package data, read through importlib so that it also loads from a zip (spark-submit --py-files)
+RULES_FILE = resources.files("silver") / "rules" / "events.toml"
 TABLE = "silver.events"
 # the bronze fields of the contract, cleaned, plus the landing file they came from
 SCHEMA = StructType([*SCHEMAS["events"].fields, StructField("_source_file", StringType())])
