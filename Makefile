@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ROOT ?= ./lakehouse-data
 
-.PHONY: setup demo test test-slow test-all lint bench-storage check-java clean
+.PHONY: setup demo test test-slow test-e2e test-all lint bench-storage check-java clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 1; }
@@ -32,6 +32,9 @@ test: setup check-java
 
 test-slow: setup check-java
 	$(BIN)/pytest -m "slow" -q
+
+test-e2e: setup check-java
+	$(BIN)/pytest -m "e2e" -q
 
 test-all: setup check-java
 	$(BIN)/pytest -q

@@ -59,7 +59,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def spark_session(settings: Settings, app_name: str):
+def spark_session(settings: Settings, app_name: str, extra_conf: dict[str, str] | None = None):
     """The session for one command; stopped at the end when the command started it (so the
     last progress events reach their listeners before the process exits)."""
     from pyspark.sql import SparkSession
@@ -67,7 +67,7 @@ def spark_session(settings: Settings, app_name: str):
     from lakehouse.session import build_session
 
     owned = SparkSession.getActiveSession() is None
-    spark = build_session(settings, app_name=app_name)
+    spark = build_session(settings, app_name=app_name, extra_conf=extra_conf)
     try:
         yield spark
     finally:
@@ -195,6 +195,65 @@ def cmd_sql(args: argparse.Namespace) -> int:
         print(
             f"lakehouse: note: only the first {args.max_rows:,} rows (raise --max-rows)",
             file=sys.stderr,
+        )
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from lakehouse.status import print_status
+
+    print_status(settings_from_args(args))
+    return 0
+
+
+def cmd_state(args: argparse.Namespace) -> int:
+    from lakehouse.state import print_health, state_health
+
+    settings = settings_from_args(args)
+    with spark_session(settings, "lakehouse-state") as spark:
+        health = state_health(spark, settings, args.flow)
+    print_health(args.flow, health)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from lakehouse.report import write_report
+
+    path = write_report(settings_from_args(args), Path(args.output))
+    print(f"report written to {path}")
+    return 0
+
+
+def cmd_serve_sql(args: argparse.Namespace) -> int:
+    from lakehouse.serve import serve_sql
+
+    extra: dict[str, Any] = {}
+    if args.port is not None:
+        extra["sql.port"] = args.port
+    if args.host is not None:
+        extra["sql.host"] = args.host
+    return serve_sql(settings_from_args(args, extra))
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from lakehouse import cluster
+
+    if args.action == "package":
+        print(f"project code packed in {cluster.package(Path(args.output))}")
+        return 0
+    settings = settings_from_args(args)
+    if args.action == "start":
+        ep = cluster.start(settings, cores=args.cores, memory=args.memory)
+        print(f"cluster up: master {ep.url} (UI http://{ep.host}:{ep.master_ui}/), one worker")
+        print(f"logs and pid files in {settings.root / 'cluster'}")
+    elif args.action == "stop":
+        stopped = cluster.stop(settings)
+        print(f"stopped: {', '.join(stopped)}" if stopped else "no cluster process was running")
+    else:
+        state = cluster.status(settings)
+        print(
+            f"{state['url']}: {state['status']}, {state['workers']} worker(s), "
+            f"{state['cores']} cores, applications: {', '.join(state['applications']) or 'none'}"
         )
     return 0
 
@@ -334,14 +393,57 @@ def build_parser() -> argparse.ArgumentParser:
         help="print at most this many rows (default %(default)s)",
     )
     p.set_defaults(func=cmd_sql)
+    p = sub.add_parser(
+        "status",
+        parents=[common],
+        help="tables, last runs, state per stateful operator, quality failures, dropped rows",
+    )
+    p.set_defaults(func=cmd_status)
+    p = sub.add_parser(
+        "state",
+        parents=[common],
+        help="a flow's state from its checkpoint: rows per partition, skew, timers",
+    )
+    p.add_argument("flow", help="layer.flow, e.g. gold.sessions_custom")
+    p.set_defaults(func=cmd_state)
+    p = sub.add_parser(
+        "report",
+        parents=[common],
+        help="write one self-contained HTML file with plots of the runs",
+    )
+    p.add_argument("--output", default="lakehouse-report.html", help="default %(default)s")
+    p.set_defaults(func=cmd_report)
+    p = sub.add_parser(
+        "serve-sql",
+        parents=[common],
+        help="serve the lake's tables over JDBC/ODBC (Spark Thrift server) until stopped",
+    )
+    p.add_argument("--port", type=_non_negative_int, help="default: settings sql.port")
+    p.add_argument("--host", help="address to bind (default: settings sql.host, 127.0.0.1)")
+    p.set_defaults(func=cmd_serve_sql)
+    p = sub.add_parser(
+        "cluster",
+        parents=[common],
+        help="a Spark standalone cluster on loopback: start, stop, status; package the code",
+        description="Start or stop a master and one worker of the installed pyspark at the "
+        "settings' master URL (use --profile cluster), or pack the project's code for "
+        "spark-submit --py-files.",
+    )
+    p.add_argument("action", choices=["start", "stop", "status", "package"])
+    p.add_argument("--cores", type=_non_negative_int, default=2, help="worker cores (default 2)")
+    p.add_argument("--memory", default="2g", help="worker memory (default %(default)s)")
+    p.add_argument("--output", default="dist/lakehouse-code.zip", help="package: the zip to write")
+    p.set_defaults(func=cmd_cluster)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from lakehouse.cluster import ClusterError
     from lakehouse.generate import GenerateError
     from lakehouse.javacheck import JavaError
     from lakehouse.runner import FlowFailed, MissingInput, UnknownLayer
     from lakehouse.sql import SqlError
+    from lakehouse.state import NoState
     from lakehouse.storage import SchemaMismatch, TableNotFound, UnsupportedChange
 
     args = build_parser().parse_args(argv)
@@ -360,6 +462,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         SchemaMismatch,
         UnsupportedChange,
         SqlError,
+        NoState,
+        ClusterError,
     ) as exc:  # bad input or configuration: exit 2
         print(f"lakehouse: error: {exc}", file=sys.stderr)
         return 2

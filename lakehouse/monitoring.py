@@ -1,9 +1,12 @@
-"""``ops.stream_progress``: one row per micro-batch and stateful operator of every flow.
+"""The runner's books: ``ops.stream_progress`` and ``ops.runs``.
 
-The runner's query listener hands each progress event to :class:`ProgressRecorder`, which
-appends its rows to the Delta table with delta-rs from the driver (no Spark job, so recording
-never competes with the flows). A micro-batch without stateful operators gets one row with a
-null operator; a failure to record is logged, never raised into Spark's listener bus.
+``ops.stream_progress`` has one row per micro-batch and stateful operator of every flow: the
+runner's query listener hands each progress event to :class:`ProgressRecorder`. A micro-batch
+without stateful operators gets one row with a null operator. ``ops.runs`` has one row per flow
+and run (start, end, status, micro-batches, rows, error), written by :func:`record_runs` when
+a run ends, failed runs included. Both are appended with delta-rs from the driver (no Spark
+job, so recording never competes with the flows); a failure to record is logged, never raised
+into a flow.
 """
 
 from __future__ import annotations
@@ -97,6 +100,20 @@ def progress_rows(progress: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def append_rows(root: str, schema: pa.Schema, rows: list[dict[str, Any]], operation: str) -> None:
+    """Append ``rows`` to the Delta table at ``root`` (created with ``schema`` if missing)."""
+    table = pa.Table.from_pylist(rows, schema=schema)
+    writer = dfiles.DataFileWriter(root, schema)
+    try:
+        for batch in table.to_batches():
+            writer.write(batch)
+        files = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    dfiles.commit_files(root, files, schema, operation=operation)
+
+
 class ProgressRecorder:
     """Appends progress rows to ops.stream_progress under a lake root."""
 
@@ -104,20 +121,37 @@ class ProgressRecorder:
         self.root = str(settings.table_path(TABLE).absolute())
 
     def record(self, progress: dict[str, Any]) -> None:
-        rows = progress_rows(progress)
-        table = pa.Table.from_pylist(rows, schema=SCHEMA)
-        writer = dfiles.DataFileWriter(self.root, SCHEMA)
-        try:
-            for batch in table.to_batches():
-                writer.write(batch)
-            files = writer.close()
-        except BaseException:
-            writer.abort()
-            raise
-        dfiles.commit_files(self.root, files, SCHEMA, operation="STREAM PROGRESS")
+        append_rows(self.root, SCHEMA, progress_rows(progress), "STREAM PROGRESS")
 
     def on_progress(self, progress_json: str) -> None:
         try:
             self.record(json.loads(progress_json))
         except Exception as exc:  # monitoring must never break a flow
             log.warning("could not record stream progress in %s: %s", TABLE, exc)
+
+
+RUNS_TABLE = "ops.runs"
+RUNS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),  # one per run_flows call: the flows started together
+        ("flow", pa.string()),
+        ("query_id", pa.string()),  # null when the flow failed before its query started
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("ended_at", pa.timestamp("us", tz="UTC")),
+        ("status", pa.string()),  # succeeded | failed | stopped (interrupted)
+        ("batches", pa.int64()),  # micro-batches that read rows
+        ("input_rows", pa.int64()),
+        ("late_rows", pa.int64()),
+        ("duplicates", pa.int64()),
+        ("error", pa.string()),
+    ]
+)
+
+
+def record_runs(settings: Settings, rows: list[dict[str, Any]]) -> None:
+    """Append one row per flow of a run to ops.runs (see RUNS_SCHEMA)."""
+    try:
+        root = str(settings.table_path(RUNS_TABLE).absolute())
+        append_rows(root, RUNS_SCHEMA, rows, "RUNS")
+    except Exception as exc:  # monitoring must never break a flow
+        log.warning("could not record the run in %s: %s", RUNS_TABLE, exc)

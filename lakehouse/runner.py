@@ -7,6 +7,7 @@ tables, checkpoints, triggers, waiting and reporting. Layer code only declares f
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import importlib
 import json
 import logging
@@ -14,12 +15,13 @@ import re
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 from lakehouse.flows import Flow, Input, LandingInput, TableInput
-from lakehouse.monitoring import ProgressRecorder
+from lakehouse.monitoring import ProgressRecorder, record_runs
 from lakehouse.settings import Settings
 from lakehouse.storage import table_store, trigger_kwargs
 
@@ -243,20 +245,79 @@ def run_flows(
     listener = _progress_listener(spark, out, ProgressRecorder(settings))
     queries: dict[str, StreamingQuery] = {}
     started = time.monotonic()
+    run = _RunBook(settings)
     try:
         for flow in flows:
-            queries[flow.name] = start_flow(spark, store, settings, flow)
+            try:
+                queries[flow.name] = start_flow(spark, store, settings, flow)
+            except Exception as exc:  # e.g. a missing input: in ops.runs, then raised
+                run.failed_to_start(flow.name, exc)
+                raise
         endless = {flow.name for flow in flows if not flow.stops_itself}
         _wait(spark, queries, continuous=settings.trigger.mode == "continuous", endless=endless)
     except KeyboardInterrupt:
+        run.interrupted = True
         print("interrupted: stopping the flows after their current micro-batch", file=out)
     finally:
         for query in queries.values():
             if query.isActive:
                 query.stop()
-    for query in queries.values():  # ops.stream_progress is complete when the run returns
-        if not listener.wait_for(str(query.runId)):
-            log.warning("the progress of %s may not all be recorded yet", query.name)
+        for query in queries.values():  # ops.stream_progress is complete when the run returns
+            if not listener.wait_for(str(query.runId)):
+                log.warning("the progress of %s may not all be recorded yet", query.name)
+        reports = _reports(queries, started)
+        run.record(queries, reports)
+    failed = [r for r in reports if r.error]
+    if failed:
+        raise FlowFailed(f"flow {failed[0].flow} failed: {failed[0].error}")
+    return reports
+
+
+class _RunBook:
+    """One run's rows of ops.runs: a row per flow, written when the run ends."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.run_id = str(uuid.uuid4())
+        self.started_at = dt.datetime.now(dt.UTC)
+        self.interrupted = False
+        self.rows: list[dict] = []
+
+    def _row(self, flow: str, status: str, **values) -> dict:
+        return {
+            "run_id": self.run_id,
+            "flow": flow,
+            "started_at": self.started_at,
+            "ended_at": dt.datetime.now(dt.UTC),
+            "status": status,
+            **values,
+        }
+
+    def failed_to_start(self, flow: str, exc: BaseException) -> None:
+        """A flow that could not start: the flows started before it are stopped."""
+        self.rows.append(self._row(flow, "failed", batches=0, input_rows=0, error=str(exc)))
+        self.interrupted = True
+
+    def record(self, queries: dict[str, StreamingQuery], reports: list[FlowReport]) -> None:
+        for report in reports:
+            status = "failed" if report.error else "stopped" if self.interrupted else "succeeded"
+            self.rows.append(
+                self._row(
+                    report.flow,
+                    status,
+                    query_id=str(queries[report.flow].id),
+                    batches=report.batches,
+                    input_rows=report.input_rows,
+                    late_rows=report.late_rows,
+                    duplicates=report.duplicates,
+                    error=report.error,
+                )
+            )
+        if self.rows:
+            record_runs(self.settings, self.rows)
+
+
+def _reports(queries: dict[str, StreamingQuery], started: float) -> list[FlowReport]:
     reports = []
     for name, query in queries.items():
         progress = query.recentProgress
@@ -277,9 +338,6 @@ def run_flows(
         if error is not None:
             report.error = _first_line(error)
         reports.append(report)
-    failed = [r for r in reports if r.error]
-    if failed:
-        raise FlowFailed(f"flow {failed[0].flow} failed: {failed[0].error}")
     return reports
 
 

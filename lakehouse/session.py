@@ -91,9 +91,11 @@ def native_delta_conf(settings: Settings) -> dict[str, str]:
     return conf
 
 
-def build_session(settings: Settings, app_name: str | None = None) -> SparkSession:
-    """Build (or return the active) SparkSession for these settings and register the
-    ``deltalake`` data source on it."""
+def build_session(
+    settings: Settings, app_name: str | None = None, extra_conf: dict[str, str] | None = None
+) -> SparkSession:
+    """Build (or return the active) SparkSession for these settings (plus ``extra_conf``, for
+    what one command needs) and register the ``deltalake`` data source on it."""
     check_java()
     if settings.master.startswith("local"):
         # Spark's Python workers (data source planning among them) read this variable.
@@ -101,7 +103,7 @@ def build_session(settings: Settings, app_name: str | None = None) -> SparkSessi
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(settings.master)
-    for key, value in session_conf(settings).items():
+    for key, value in {**session_conf(settings), **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     if app_name:
         builder = builder.appName(app_name)

@@ -1,0 +1,205 @@
+"""``lakehouse cluster start|stop|status|package``: a Spark standalone cluster on this
+machine's loopback, from the installed pyspark (``spark-class`` Master and Worker), and the
+project's code packed for ``spark-submit --py-files``.
+
+The master's address comes from the settings' ``master`` (``spark://127.0.0.1:7077`` in the
+``cluster`` profile). Processes, logs and pid files live under ``<root>/cluster/``; a worker's
+executors run Python with this interpreter (the project's virtual environment), which has the
+third-party packages; the project's own code reaches them in the zip ``package`` writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from lakehouse.settings import Settings
+
+PACKAGES = ("lakehouse", "bronze", "silver", "gold")
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started, reached or stopped."""
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    host: str
+    port: int
+    master_ui: int
+    worker_ui: int
+
+    @property
+    def url(self) -> str:
+        return f"spark://{self.host}:{self.port}"
+
+
+def endpoints(settings: Settings, master_ui: int = 8080, worker_ui: int = 8081) -> Endpoints:
+    if not settings.master.startswith("spark://"):
+        raise ClusterError(
+            f"setting 'master' is {settings.master!r}: a standalone cluster needs "
+            "spark://HOST:PORT (use --profile cluster)"
+        )
+    host, _, port = settings.master.removeprefix("spark://").partition(":")
+    if host not in ("127.0.0.1", "localhost"):
+        raise ClusterError(f"lakehouse cluster starts processes on loopback only; got {host}")
+    return Endpoints("127.0.0.1", int(port or 7077), master_ui, worker_ui)
+
+
+def _spark_class() -> str:
+    from pyspark.find_spark_home import _find_spark_home
+
+    return str(Path(_find_spark_home()) / "bin" / "spark-class")
+
+
+def _folder(settings: Settings) -> Path:
+    folder = settings.root / "cluster"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _listening(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex((host, port)) == 0
+
+
+def _master_state(ep: Endpoints) -> dict:
+    with urllib.request.urlopen(f"http://{ep.host}:{ep.master_ui}/json/", timeout=5) as r:
+        return json.load(r)
+
+
+def _launch(settings: Settings, name: str, args: list[str]) -> int:
+    folder = _folder(settings)
+    env = {
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_NO_DAEMONIZE": "1",
+    }
+    with (folder / f"{name}.log").open("ab") as log:
+        process = subprocess.Popen(
+            [_spark_class(), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # Ctrl-C in the caller's terminal does not reach it
+        )
+    (folder / f"{name}.pid").write_text(str(process.pid))
+    return process.pid
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _pid(settings: Settings, name: str) -> int | None:
+    path = settings.root / "cluster" / f"{name}.pid"
+    if not path.exists():
+        return None
+    pid = int(path.read_text())
+    return pid if _alive(pid) else None
+
+
+def start(
+    settings: Settings,
+    cores: int = 2,
+    memory: str = "2g",
+    master_ui: int = 8080,
+    worker_ui: int = 8081,
+    timeout_s: float = 120,
+) -> Endpoints:
+    """Start a master and one worker (``cores`` and ``memory`` for executors) and wait until
+    the worker has registered."""
+    ep = endpoints(settings, master_ui, worker_ui)
+    if _pid(settings, "master") or _listening(ep.host, ep.port):
+        raise ClusterError(f"something already listens at {ep.url}: `lakehouse cluster stop`?")
+    master = ["org.apache.spark.deploy.master.Master", "--host", ep.host, "--port", str(ep.port)]
+    _launch(settings, "master", [*master, "--webui-port", str(ep.master_ui)])
+    _wait(lambda: _listening(ep.host, ep.port), timeout_s, f"the master at {ep.url}", settings)
+    worker = ["org.apache.spark.deploy.worker.Worker", ep.url, "--host", ep.host]
+    worker += ["--cores", str(cores), "--memory", memory, "--webui-port", str(ep.worker_ui)]
+    worker += ["--work-dir", str(_folder(settings) / "work")]
+    _launch(settings, "worker", worker)
+
+    def registered() -> bool:
+        try:
+            return _master_state(ep).get("aliveworkers", 0) >= 1
+        except OSError:
+            return False
+
+    _wait(registered, timeout_s, "the worker to register with the master", settings)
+    return ep
+
+
+def _wait(ready, timeout_s: float, what: str, settings: Settings) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if time.monotonic() > deadline:
+            logs = settings.root / "cluster"
+            raise ClusterError(
+                f"timed out after {timeout_s:.0f} s waiting for {what} (logs: {logs})"
+            )
+        time.sleep(0.5)
+
+
+def stop(settings: Settings, timeout_s: float = 30) -> list[str]:
+    """Stop the worker, then the master; the names of the processes stopped."""
+    stopped = []
+    for name in ("worker", "master"):
+        pid = _pid(settings, name)
+        if pid is None:
+            continue
+        os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+        (settings.root / "cluster" / f"{name}.pid").unlink(missing_ok=True)
+        stopped.append(name)
+    return stopped
+
+
+def status(settings: Settings, master_ui: int = 8080) -> dict:
+    """The master's view: its status, alive workers, cores and running applications."""
+    ep = endpoints(settings, master_ui)
+    try:
+        state = _master_state(ep)
+    except OSError as exc:
+        raise ClusterError(
+            f"no master answers at http://{ep.host}:{ep.master_ui}/ ({exc})"
+        ) from None
+    return {
+        "url": state.get("url"),
+        "status": state.get("status"),
+        "workers": state.get("aliveworkers"),
+        "cores": state.get("cores"),
+        "applications": [a.get("name") for a in state.get("activeapps", [])],
+    }
+
+
+def package(dest: Path) -> Path:
+    """The project's packages (code and their data files, such as quality rules) in one zip
+    for ``spark-submit --py-files``."""
+    root = Path(__file__).resolve().parent.parent
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in PACKAGES:
+            for path in sorted((root / name).rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    archive.write(path, path.relative_to(root))
+    return dest

@@ -1,0 +1,270 @@
+"""``lakehouse report``: one self-contained HTML file with plots of the runner's books.
+
+Read with delta-rs from ops.stream_progress, ops.runs and ops.quality_results (no Spark), drawn
+as inline SVG (no script, no network, no plotting library): throughput and micro-batch duration
+over time per flow, state rows over time per stateful operator, watermark lag, quality pass
+rates, rows dropped as late or duplicate, and the last run of each flow.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+from pathlib import Path
+
+import pandas as pd
+
+from lakehouse.settings import Settings
+from lakehouse.storage import deltafiles as dfiles
+
+COLORS = (
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+    "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
+)  # fmt: skip
+WIDTH, HEIGHT = 760, 260
+LEFT, RIGHT, TOP, BOTTOM = 70, 20, 30, 40
+
+
+def _read(settings: Settings, name: str) -> pd.DataFrame:
+    path = settings.table_path(name)
+    if not dfiles.is_delta_table(path):
+        return pd.DataFrame()
+    return dfiles.open_table(path).to_pandas()
+
+
+def _number(value: float) -> str:
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:.1f}M"
+    if abs(value) >= 1e4:
+        return f"{value / 1e3:.0f}k"
+    if abs(value) >= 100 or value == int(value):
+        return f"{value:.0f}"
+    return f"{value:.2f}"
+
+
+Series = pd.Series | list[pd.Series]
+
+
+def line_chart(title: str, unit: str, series: dict[str, Series]) -> str:
+    """An SVG line chart: one colour (lines with points) per series of values indexed by
+    time; a series given as a list of segments (one per run) is not joined across them."""
+    segments = {
+        k: [v.dropna().sort_index() for v in (parts if isinstance(parts, list) else [parts])]
+        for k, parts in series.items()
+    }
+    segments = {k: [v for v in parts if len(v)] for k, parts in segments.items()}
+    segments = {k: parts for k, parts in segments.items() if parts}
+    head = f"<h3>{html.escape(title)}</h3>"
+    if not segments:
+        return head + "<p class='empty'>no data recorded yet</p>"
+    every = [v for parts in segments.values() for v in parts]
+    times = pd.concat([v.index.to_series() for v in every])
+    values = pd.concat(every)
+    t0, t1 = times.min(), times.max()
+    v0, v1 = min(0.0, float(values.min())), float(values.max())
+    span_t = max((t1 - t0).total_seconds(), 1.0)
+    span_v = (v1 - v0) or 1.0
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def x(t) -> float:
+        return LEFT + (t - t0).total_seconds() / span_t * plot_w
+
+    def y(v) -> float:
+        return TOP + plot_h - (v - v0) / span_v * plot_h
+
+    parts = [
+        f"<svg width='{WIDTH}' height='{HEIGHT}' role='img' aria-label='{html.escape(title)}'>"
+    ]
+    for i in range(5):  # horizontal grid with labels
+        v = v0 + span_v * i / 4
+        parts.append(
+            f"<line x1='{LEFT}' x2='{WIDTH - RIGHT}' y1='{y(v):.1f}' y2='{y(v):.1f}' class='grid'/>"
+            f"<text x='{LEFT - 6}' y='{y(v) + 4:.1f}' text-anchor='end'>{_number(v)}</text>"
+        )
+    parts.append(
+        f"<text x='{LEFT}' y='{HEIGHT - 10}'>{t0:%Y-%m-%d %H:%M:%S}</text>"
+        f"<text x='{WIDTH - RIGHT}' y='{HEIGHT - 10}' text-anchor='end'>{t1:%H:%M:%S} UTC</text>"
+        f"<text x='{LEFT}' y='{TOP - 12}' class='unit'>{html.escape(unit)}</text>"
+    )
+    for n, (name, pieces) in enumerate(segments.items()):
+        color = COLORS[n % len(COLORS)]
+        for s in pieces:
+            points = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in s.items())
+            parts.append(
+                f"<polyline points='{points}' fill='none' stroke='{color}' stroke-width='1.5'/>"
+            )
+            parts.extend(
+                f"<circle cx='{x(t):.1f}' cy='{y(v):.1f}' r='2.5' fill='{color}'>"
+                f"<title>{html.escape(name)} {t:%H:%M:%S}: {_number(v)}</title></circle>"
+                for t, v in s.items()
+            )
+    parts.append("</svg>")
+    legend = "".join(
+        f"<span><i style='background:{COLORS[n % len(COLORS)]}'></i>{html.escape(name)}</span>"
+        for n, name in enumerate(segments)
+    )
+    return head + "".join(parts) + f"<div class='legend'>{legend}</div>"
+
+
+def bar_chart(title: str, unit: str, bars: dict[str, float]) -> str:
+    """An SVG horizontal bar chart, one bar per name."""
+    head = f"<h3>{html.escape(title)}</h3>"
+    if not bars:
+        return head + "<p class='empty'>no data recorded yet</p>"
+    top = max(max(bars.values()), 1.0)
+    label_w, row_h = 260, 22
+    height = row_h * len(bars) + 10
+    parts = [
+        f"<svg width='{WIDTH}' height='{height}' role='img' aria-label='{html.escape(title)}'>"
+    ]
+    for i, (name, value) in enumerate(bars.items()):
+        y = 5 + i * row_h
+        w = (WIDTH - label_w - 90) * value / top
+        parts.append(
+            f"<text x='{label_w - 6}' y='{y + 15}' text-anchor='end'>{html.escape(name)}</text>"
+            f"<rect x='{label_w}' y='{y + 3}' width='{w:.1f}' height='{row_h - 6}' "
+            f"fill='{COLORS[i % len(COLORS)]}'/>"
+            f"<text x='{label_w + w + 6:.1f}' y='{y + 15}'>{value:,.0f} {html.escape(unit)}</text>"
+        )
+    return head + "".join(parts) + "</svg>"
+
+
+def _batches(progress: pd.DataFrame) -> pd.DataFrame:
+    """One row per micro-batch (the progress table has one per stateful operator)."""
+    return progress.drop_duplicates(["run_id", "batch_id"]).set_index("timestamp").sort_index()
+
+
+def _per_run(frame: pd.DataFrame, flow: str, column: str) -> list[pd.Series]:
+    """A flow's values of ``column``, one segment per query run."""
+    mine = frame[frame["flow"] == flow]
+    return [group[column] for _, group in mine.groupby("run_id", sort=False)]
+
+
+def build_report(settings: Settings) -> str:
+    progress = _read(settings, "ops.stream_progress")
+    runs = _read(settings, "ops.runs")
+    quality = _read(settings, "ops.quality_results")
+    sections = []
+    if not progress.empty:
+        batches = _batches(progress)
+        with_rows = batches[batches["input_rows"] > 0]
+        flows = sorted(batches["flow"].unique())
+        seconds = batches.assign(seconds=batches["batch_duration_ms"] / 1000)
+        sections.append(
+            line_chart(
+                "Throughput per micro-batch that read rows",
+                "rows/s",
+                {f: _per_run(with_rows, f, "processed_rows_per_second") for f in flows},
+            )
+        )
+        sections.append(
+            line_chart(
+                "Micro-batch duration",
+                "seconds",
+                {f: _per_run(seconds, f, "seconds") for f in flows},
+            )
+        )
+        operators = progress.dropna(subset=["operator"]).set_index("timestamp").sort_index()
+        sections.append(
+            line_chart(
+                "State rows per stateful operator",
+                "rows",
+                {
+                    f"{flow} #{int(index)} {name}": _per_run(group, flow, "state_rows")
+                    for (flow, index, name), group in operators.groupby(
+                        ["flow", "operator_index", "operator"]
+                    )
+                },
+            )
+        )
+        lag = (batches.index.to_series() - batches["watermark"]).dt.total_seconds() / 60
+        watermarked = batches.assign(lag=lag)[batches["watermark"].dt.year > 1970]
+        sections.append(
+            line_chart(
+                "Watermark lag (processing time minus event-time watermark)",
+                "minutes",
+                {f: _per_run(watermarked, f, "lag") for f in flows},
+            )
+        )
+        drops = operators.groupby("flow")[["rows_dropped_by_watermark", "duplicates_dropped"]].sum()
+        sections.append(
+            bar_chart(
+                "Rows dropped as late (behind the watermark), over every run",
+                "rows",
+                {f: float(r.rows_dropped_by_watermark) for f, r in drops.iterrows()},
+            )
+        )
+        sections.append(
+            bar_chart(
+                "Duplicates dropped, over every run",
+                "rows",
+                {f: float(r.duplicates_dropped) for f, r in drops.iterrows()},
+            )
+        )
+    else:
+        sections.append("<p class='empty'>no micro-batch recorded yet: run a layer first</p>")
+    if not quality.empty:
+        # per table and micro-batch: the share of (row, rule) checks that passed
+        checks = quality.groupby(["table", "batch_id"], as_index=False).agg(
+            at=("validated_at", "max"),
+            checked=("element_count", "sum"),
+            failed=("unexpected_count", "sum"),
+        )
+        checks = checks[checks["checked"] > 0]
+        checks = checks.assign(passed=1 - checks["failed"] / checks["checked"])
+        sections.append(
+            line_chart(
+                "Quality pass rate per table (checks of a row against a rule that passed)",
+                "share",
+                {t: g.set_index("at")["passed"] for t, g in checks.groupby("table")},
+            )
+        )
+    if not runs.empty:
+        last = runs.sort_values("started_at").groupby("flow").tail(1).sort_values("flow")
+        rows = "".join(
+            "<tr>"
+            + "".join(
+                f"<td>{html.escape(str(v))}</td>"
+                for v in (
+                    r.flow,
+                    r.status,
+                    f"{r.started_at:%Y-%m-%d %H:%M:%S}",
+                    f"{(r.ended_at - r.started_at).total_seconds():.1f}",
+                    r.batches,
+                    f"{r.input_rows:,}",
+                    r.error or "",
+                )
+            )
+            + "</tr>"
+            for r in last.itertuples()
+        )
+        sections.append(
+            "<h3>Last run per flow</h3><table><tr><th>flow</th><th>status</th>"
+            "<th>started (UTC)</th><th>seconds</th><th>batches</th><th>input rows</th>"
+            f"<th>error</th></tr>{rows}</table>"
+        )
+    now = dt.datetime.now(dt.UTC)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>lakehouse report</title>
+<style>
+body {{ font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; max-width: 820px; }}
+h1 {{ font-size: 22px; }} h3 {{ margin: 28px 0 6px; font-size: 16px; }}
+svg text {{ font-size: 11px; fill: #444; }} svg .unit {{ font-weight: bold; }}
+svg .grid {{ stroke: #e4e4e4; }}
+.legend span {{ margin-right: 14px; font-size: 12px; white-space: nowrap; }}
+.legend i {{ display: inline-block; width: 10px; height: 10px; margin-right: 4px; }}
+table {{ border-collapse: collapse; font-size: 12px; }}
+td, th {{ border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: left; }}
+.empty {{ color: #888; }}
+</style></head><body>
+<h1>lakehouse report</h1>
+<p>lake {html.escape(str(settings.root))}, written {now:%Y-%m-%d %H:%M:%S} UTC</p>
+{"".join(sections)}
+</body></html>
+"""
+
+
+def write_report(settings: Settings, output: Path) -> Path:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(build_report(settings))
+    return output

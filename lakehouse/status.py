@@ -1,0 +1,163 @@
+"""``lakehouse status``: the state of a lake at a glance, read from the Delta logs and the
+runner's books (ops.runs, ops.stream_progress, ops.quality_results) with delta-rs and pandas.
+It starts no Spark, so it answers in a second even while flows run.
+
+Sections: every table (version, rows and files from the log, last write); the last run of each
+flow; per stateful operator its state rows and memory in the latest micro-batch and their
+growth over the recent ones; quality rules that failed; rows dropped as late or duplicate.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from typing import TextIO
+
+import pandas as pd
+import pyarrow as pa
+
+from lakehouse.maintain import lake_tables
+from lakehouse.settings import Settings
+from lakehouse.storage import deltafiles as dfiles
+
+RECENT = 5  # micro-batches over which state growth is shown
+
+
+def _table(settings: Settings, name: str) -> pd.DataFrame | None:
+    path = settings.table_path(name)
+    if not dfiles.is_delta_table(path):
+        return None
+    return dfiles.open_table(path).to_pandas()
+
+
+def _when(ms_or_time) -> str:
+    if ms_or_time is None or pd.isna(ms_or_time):
+        return "-"
+    if isinstance(ms_or_time, int | float):
+        ms_or_time = pd.Timestamp(int(ms_or_time), unit="ms", tz="UTC")
+    return pd.Timestamp(ms_or_time).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _print_table(header: list[str], rows: list[list], out: TextIO, right: set[int]) -> None:
+    cells = [[str(v) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
+
+    def line(values):
+        return "  ".join(
+            v.rjust(w) if i in right else v.ljust(w)
+            for i, (v, w) in enumerate(zip(values, widths, strict=True))
+        ).rstrip()
+
+    print(line(header), file=out)
+    for row in cells:
+        print(line(row), file=out)
+
+
+def table_rows(settings: Settings) -> list[list]:
+    """Per table: name, version, rows, files, last write (UTC)."""
+    rows = []
+    for name, path in lake_tables(settings):
+        table = dfiles.open_table(path)
+        adds = pa.table(table.get_add_actions(flatten=True))
+        records = sum(n for n in adds.column("num_records").to_pylist() if n is not None)
+        last = table.history(1)[0].get("timestamp")
+        rows.append([name, table.version(), f"{records:,}", adds.num_rows, _when(last)])
+    return rows
+
+
+def print_status(settings: Settings, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    print(f"lake {settings.root} at {_when(dt.datetime.now(dt.UTC))} UTC", file=out)
+    print("\ntables", file=out)
+    tables = table_rows(settings)
+    if tables:
+        _print_table(
+            ["table", "version", "rows", "files", "last write (UTC)"], tables, out, {1, 2, 3}
+        )
+    else:
+        print("  none yet: run `lakehouse generate` and `lakehouse run --layer all`", file=out)
+
+    runs = _table(settings, "ops.runs")
+    print("\nlast run per flow", file=out)
+    if runs is None or runs.empty:
+        print("  no runs recorded yet", file=out)
+    else:
+        last = runs.sort_values("started_at").groupby("flow").tail(1).sort_values("flow")
+        _print_table(
+            ["flow", "status", "started (UTC)", "seconds", "batches", "input rows", "error"],
+            [
+                [
+                    r.flow,
+                    r.status,
+                    _when(r.started_at),
+                    f"{(r.ended_at - r.started_at).total_seconds():.1f}",
+                    int(r.batches),
+                    f"{int(r.input_rows):,}",
+                    (r.error or "")[:80],
+                ]
+                for r in last.itertuples()
+            ],
+            out,
+            {3, 4, 5},
+        )
+
+    progress = _table(settings, "ops.stream_progress")
+    print(f"\nstate per stateful operator (growth over the last {RECENT} micro-batches)", file=out)
+    operators = None if progress is None else progress.dropna(subset=["operator"])
+    if operators is None or operators.empty:
+        print("  no stateful micro-batches recorded yet", file=out)
+    else:
+        rows = []
+        for (flow, index), group in operators.groupby(["flow", "operator_index"], sort=True):
+            group = group.sort_values(["timestamp", "batch_id"])
+            now, before = group.iloc[-1], group.iloc[max(0, len(group) - RECENT)]
+            growth = int(now.state_rows) - int(before.state_rows)
+            rows.append(
+                [
+                    flow,
+                    f"{int(index)} {now.operator}",
+                    f"{int(now.state_rows):,}",
+                    f"{growth:+,}",
+                    f"{(now.state_memory_bytes or 0) / 2**20:.1f}",
+                    _when(now.watermark),
+                ]
+            )
+        _print_table(
+            ["flow", "operator", "state rows", "growth", "memory MiB", "watermark (UTC)"],
+            rows,
+            out,
+            {2, 3, 4},
+        )
+
+    quality = _table(settings, "ops.quality_results")
+    print("\nquality rules that failed", file=out)
+    failed = None if quality is None else quality[~quality["success"].astype(bool)]
+    if failed is None or failed.empty:
+        print("  none", file=out)
+    else:
+        summary = failed.groupby(["table", "rule", "action"], as_index=False).agg(
+            batches=("batch_id", "nunique"), rows=("unexpected_count", "sum")
+        )
+        _print_table(
+            ["table", "rule", "action", "micro-batches", "rows"],
+            [
+                [r.table, r.rule, r.action, r.batches, f"{int(r.rows):,}"]
+                for r in summary.itertuples()
+            ],
+            out,
+            {3, 4},
+        )
+
+    print("\nrows dropped, over every run (late: behind the watermark)", file=out)
+    if operators is None or operators.empty:
+        print("  none recorded yet", file=out)
+        return
+    drops = operators.groupby("flow", as_index=False).agg(
+        late=("rows_dropped_by_watermark", "sum"), duplicates=("duplicates_dropped", "sum")
+    )
+    _print_table(
+        ["flow", "late rows", "duplicates"],
+        [[r.flow, f"{int(r.late):,}", f"{int(r.duplicates):,}"] for r in drops.itertuples()],
+        out,
+        {1, 2},
+    )

@@ -1,0 +1,103 @@
+"""``lakehouse report``: the HTML file drawn from ops.stream_progress and ops.runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+from lakehouse.cli import main
+from lakehouse.monitoring import ProgressRecorder, record_runs
+
+UTC = dt.UTC
+T = dt.datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
+
+
+def _progress(flow, batch, seconds, rows, state=None, late=0):
+    """A progress event as Spark's listener reports it."""
+    operators = []
+    if state is not None:
+        operators = [
+            {
+                "operatorName": "dedupeWithinWatermark",
+                "numRowsTotal": state,
+                "numRowsUpdated": rows,
+                "numRowsRemoved": 0,
+                "memoryUsedBytes": 1024,
+                "numRowsDroppedByWatermark": late,
+                "customMetrics": {"numDroppedDuplicateRows": 2},
+            }
+        ]
+    return {
+        "name": flow,
+        "id": f"q-{flow}",
+        "runId": f"r-{flow}",
+        "batchId": batch,
+        "timestamp": (T + dt.timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z"),
+        "numInputRows": rows,
+        "inputRowsPerSecond": 0.0,
+        "processedRowsPerSecond": rows * 10.0,
+        "batchDuration": 100 * (batch + 1),
+        "durationMs": {"addBatch": 50},
+        "eventTime": {"watermark": "2026-11-22T09:50:00.000Z"},
+        "stateOperators": operators,
+    }
+
+
+def test_the_report_plots_every_flow_and_lists_the_last_runs(settings, tmp_path, capsys):
+    recorder = ProgressRecorder(settings)
+    for batch, (seconds, rows, state, late) in enumerate(
+        [(0, 50, 10, 0), (5, 80, 20, 3), (9, 0, 15, 4)]
+    ):
+        recorder.record(_progress("silver.events", batch, seconds, rows, state, late))
+    for batch, seconds in enumerate([1, 6]):
+        recorder.record(_progress("bronze.events", batch, seconds, 100))
+    record_runs(
+        settings,
+        [
+            {
+                "run_id": "r1",
+                "flow": "silver.events",
+                "started_at": T,
+                "ended_at": T + dt.timedelta(seconds=10),
+                "status": "failed",
+                "batches": 2,
+                "input_rows": 130,
+                "error": "quality rule R (action fail) on silver.events: 1 row(s) break it",
+            }
+        ],
+    )
+    output = tmp_path / "out" / "report.html"
+    assert main(["report", "--root", str(settings.root), "--output", str(output)]) == 0
+    assert capsys.readouterr().out == f"report written to {output}\n"
+    page = output.read_text()
+    assert page.startswith("<!doctype html>") and "<script" not in page and "http" not in page
+    charts = re.findall(r"<h3>([^<]+)</h3>", page)
+    assert charts == [
+        "Throughput per micro-batch that read rows",
+        "Micro-batch duration",
+        "State rows per stateful operator",
+        "Watermark lag (processing time minus event-time watermark)",
+        "Rows dropped as late (behind the watermark), over every run",
+        "Duplicates dropped, over every run",
+        "Last run per flow",
+    ]
+    points = re.findall(r"<title>([^<]+)</title>", page)
+    # throughput: only the micro-batches that read rows
+    assert "silver.events 10:00:00: 500" in points and "silver.events 10:00:05: 800" in points
+    assert "bronze.events 10:00:01: 1000" in points and "bronze.events 10:00:06: 1000" in points
+    # duration of every micro-batch, in seconds
+    assert "silver.events 10:00:09: 0.30" in points
+    # state rows of the one operator, and the watermark lag (10:00:05 - 09:50 = 10.08 min)
+    assert [p for p in points if p.startswith("silver.events #0 dedupeWithinWatermark")] == [
+        "silver.events #0 dedupeWithinWatermark 10:00:00: 10",
+        "silver.events #0 dedupeWithinWatermark 10:00:05: 20",
+        "silver.events #0 dedupeWithinWatermark 10:00:09: 15",
+    ]
+    assert "silver.events 10:00:05: 10.08" in points
+    assert ">7 rows</text>" in page  # 3 + 4 late rows
+    assert ">6 rows</text>" in page  # 2 duplicates per micro-batch
+    assert (
+        "<td>silver.events</td><td>failed</td><td>2026-11-22 10:00:00</td><td>10.0</td>"
+        "<td>2</td><td>130</td><td>quality rule R (action fail) on silver.events: 1 row(s) "
+        "break it</td>"
+    ) in page
