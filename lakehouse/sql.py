@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from lakehouse.maintain import lake_tables
 from lakehouse.settings import Settings
+from lakehouse.text import aligned
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -124,21 +125,11 @@ def print_rows(columns: Sequence[str], rows: Sequence, fmt: str, out: TextIO | N
         for row in rows:
             print(json.dumps(dict(zip(columns, map(_jsonable, row), strict=True))), file=out)
         return
-    cells = [[_text(v) for v in row] for row in rows]
-    numeric = [
-        all(isinstance(row[i], int | float | decimal.Decimal) or row[i] is None for row in rows)
+    numeric = {
+        i
         for i in range(len(columns))
-    ]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-
-    def line(values):
-        return " | ".join(
-            v.rjust(w) if num else v.ljust(w)
-            for v, w, num in zip(values, widths, numeric, strict=True)
-        ).rstrip()
-
-    print(line(columns), file=out)
-    print("-+-".join("-" * w for w in widths), file=out)
-    for row in cells:
-        print(line(row), file=out)
+        if all(isinstance(row[i], int | float | decimal.Decimal) or row[i] is None for row in rows)
+    }
+    cells = [[_text(v) for v in row] for row in rows]
+    print("\n".join(aligned(columns, cells, numeric, sep=" | ", rule="-+-")), file=out)
     print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})", file=out)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 from lakehouse.settings import Settings, split_table_name
+from lakehouse.text import aligned
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -128,16 +129,7 @@ def print_health(flow: str, health: list[StoreHealth], out: TextIO | None = None
         ]
         for h in health
     ]
-    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(header)]
-    right = {0, 3, 4, 5, 6, 7, 8}
-    for values in [header, *rows]:
-        print(
-            "  ".join(
-                v.rjust(w) if i in right else v.ljust(w)
-                for i, (v, w) in enumerate(zip(values, widths, strict=True))
-            ).rstrip(),
-            file=out,
-        )
+    print("\n".join(aligned(header, rows, right={0, 3, 4, 5, 6, 7, 8})), file=out)
     skewed = [h for h in health if h.skew > SKEW_WARNING]
     for h in skewed:
         print(

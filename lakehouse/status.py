@@ -19,6 +19,7 @@ import pyarrow as pa
 from lakehouse.maintain import lake_tables
 from lakehouse.settings import Settings
 from lakehouse.storage import deltafiles as dfiles
+from lakehouse.text import aligned
 
 RECENT = 5  # micro-batches over which state growth is shown
 
@@ -39,18 +40,7 @@ def _when(ms_or_time) -> str:
 
 
 def _print_table(header: list[str], rows: list[list], out: TextIO, right: set[int]) -> None:
-    cells = [[str(v) for v in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
-
-    def line(values):
-        return "  ".join(
-            v.rjust(w) if i in right else v.ljust(w)
-            for i, (v, w) in enumerate(zip(values, widths, strict=True))
-        ).rstrip()
-
-    print(line(header), file=out)
-    for row in cells:
-        print(line(row), file=out)
+    print("\n".join(aligned(header, rows, right)), file=out)
 
 
 def table_rows(settings: Settings) -> list[list]:
