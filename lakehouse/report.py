@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from lakehouse.settings import Settings
-from lakehouse.storage import deltafiles as dfiles
+from lakehouse.status import last_runs, read_table
 
 COLORS = (
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
@@ -23,13 +23,6 @@ COLORS = (
 )  # fmt: skip
 WIDTH, HEIGHT = 760, 260
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 30, 40
-
-
-def _read(settings: Settings, name: str) -> pd.DataFrame:
-    path = settings.table_path(name)
-    if not dfiles.is_delta_table(path):
-        return pd.DataFrame()
-    return dfiles.open_table(path).to_pandas()
 
 
 def _number(value: float) -> str:
@@ -141,9 +134,9 @@ def _per_run(frame: pd.DataFrame, flow: str, column: str) -> list[pd.Series]:
 
 
 def build_report(settings: Settings) -> str:
-    progress = _read(settings, "ops.stream_progress")
-    runs = _read(settings, "ops.runs")
-    quality = _read(settings, "ops.quality_results")
+    progress = read_table(settings, "ops.stream_progress")
+    runs = read_table(settings, "ops.runs")
+    quality = read_table(settings, "ops.quality_results")
     sections = []
     if not progress.empty:
         batches = _batches(progress)
@@ -220,7 +213,7 @@ def build_report(settings: Settings) -> str:
             )
         )
     if not runs.empty:
-        last = runs.sort_values("started_at").groupby("flow").tail(1).sort_values("flow")
+        last = last_runs(runs)
         rows = "".join(
             "<tr>"
             + "".join(

@@ -24,11 +24,17 @@ from lakehouse.text import aligned
 RECENT = 5  # micro-batches over which state growth is shown
 
 
-def _table(settings: Settings, name: str) -> pd.DataFrame | None:
+def read_table(settings: Settings, name: str) -> pd.DataFrame:
+    """A (small) table of the lake as pandas; empty when it does not exist yet."""
     path = settings.table_path(name)
     if not dfiles.is_delta_table(path):
-        return None
+        return pd.DataFrame()
     return dfiles.open_table(path).to_pandas()
+
+
+def last_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The latest ops.runs row of each flow, by flow name."""
+    return runs.sort_values("started_at").groupby("flow").tail(1).sort_values("flow")
 
 
 def _when(ms_or_time) -> str:
@@ -67,12 +73,12 @@ def print_status(settings: Settings, out: TextIO | None = None) -> None:
     else:
         print("  none yet: run `lakehouse generate` and `lakehouse run --layer all`", file=out)
 
-    runs = _table(settings, "ops.runs")
+    runs = read_table(settings, "ops.runs")
     print("\nlast run per flow", file=out)
-    if runs is None or runs.empty:
+    if runs.empty:
         print("  no runs recorded yet", file=out)
     else:
-        last = runs.sort_values("started_at").groupby("flow").tail(1).sort_values("flow")
+        last = last_runs(runs)
         _print_table(
             ["flow", "status", "started (UTC)", "seconds", "batches", "input rows", "error"],
             [
@@ -91,9 +97,9 @@ def print_status(settings: Settings, out: TextIO | None = None) -> None:
             {3, 4, 5},
         )
 
-    progress = _table(settings, "ops.stream_progress")
+    progress = read_table(settings, "ops.stream_progress")
     print(f"\nstate per stateful operator (growth over the last {RECENT} micro-batches)", file=out)
-    operators = None if progress is None else progress.dropna(subset=["operator"])
+    operators = progress.dropna(subset=["operator"]) if not progress.empty else None
     if operators is None or operators.empty:
         print("  no stateful micro-batches recorded yet", file=out)
     else:
@@ -119,9 +125,9 @@ def print_status(settings: Settings, out: TextIO | None = None) -> None:
             {2, 3, 4},
         )
 
-    quality = _table(settings, "ops.quality_results")
+    quality = read_table(settings, "ops.quality_results")
     print("\nquality rules that failed", file=out)
-    failed = None if quality is None else quality[~quality["success"].astype(bool)]
+    failed = None if quality.empty else quality[~quality["success"].astype(bool)]
     if failed is None or failed.empty:
         print("  none", file=out)
     else:
