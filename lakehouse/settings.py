@@ -104,6 +104,20 @@ class GoldSettings:
 
 
 @dataclass(frozen=True)
+class SchedulerSettings:
+    """The Airflow DAGs of ``orchestration/dags/lakehouse_dags.py``."""
+
+    schedule: str = "@hourly"  # cron expression or preset of the pipeline DAG
+    maintenance_schedule: str = "@daily"  # of the maintenance DAG (``lakehouse maintain``)
+    retries: int = 2  # per task
+    retry_delay: str = "5 minutes"
+    # events generated per pipeline run before bronze (synthetic data for demos); 0 = no task
+    generate_events: int = 0
+    # folder holding ``spark-submit`` and ``lakehouse``; "" = found on the PATH
+    bin_dir: str = ""
+
+
+@dataclass(frozen=True)
 class Settings:
     profile: str = "local"
     root: Path = Path("./lakehouse-data")
@@ -120,6 +134,7 @@ class Settings:
     native: NativeSettings = field(default_factory=NativeSettings)
     sql: SqlSettings = field(default_factory=SqlSettings)
     gold: GoldSettings = field(default_factory=GoldSettings)
+    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     # Free-form Spark configuration passed through unchanged (key -> value).
     spark_conf: dict[str, str] = field(default_factory=dict)
 
@@ -290,6 +305,7 @@ _DURATIONS = {
     "watermarks.clicks",
     "watermarks.attribution",
     "gold.state_ttl",
+    "scheduler.retry_delay",
 }
 _POSITIVE = {
     "shuffle_partitions",
@@ -302,6 +318,8 @@ _NON_NEGATIVE = {
     "trigger.max_files_per_trigger",
     "maintenance.vacuum_retention_hours",
     "maintenance.target_file_size_mb",
+    "scheduler.retries",
+    "scheduler.generate_events",
 }
 
 

@@ -1,0 +1,117 @@
+"""docker/: no Docker engine runs here, so the compose file is parsed and every service's command
+is checked against the project: spark-class runs a class that pyspark's jars hold, lakehouse
+commands parse with the real command line, scripts exist and are shipped by the Dockerfile, and
+every LAKEHOUSE_* variable is a valid setting."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pyspark
+import pytest
+import yaml
+
+from lakehouse.cli import build_parser
+from lakehouse.settings import load_settings
+
+PROJECT = Path(__file__).resolve().parents[1]
+DOCKER = PROJECT / "docker"
+SPARK_HOME = Path(pyspark.__file__).parent
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((DOCKER / "compose.yaml").read_text())
+
+
+def _dockerfile_copies() -> dict[str, str]:
+    """COPY source -> destination (relative to the image's work dir)."""
+    copies = {}
+    for line in (DOCKER / "Dockerfile").read_text().splitlines():
+        if line.startswith("COPY "):
+            *sources, dest = line.split()[1:]
+            for source in sources:
+                copies[source] = dest
+    return copies
+
+
+def _jar_classes() -> set[str]:
+    classes = set()
+    for jar in (SPARK_HOME / "jars").glob("spark-*.jar"):
+        with zipfile.ZipFile(jar) as archive:
+            classes.update(
+                n[: -len(".class")].replace("/", ".")
+                for n in archive.namelist()
+                if n.endswith(".class")
+            )
+    return classes
+
+
+def test_the_compose_services(compose):
+    assert set(compose["services"]) == {"spark-master", "spark-worker", "sql", "scheduler"}
+    for name, service in compose["services"].items():
+        build = service["build"]
+        assert (DOCKER / build["context"] / build["dockerfile"]).resolve() == (
+            DOCKER / "Dockerfile"
+        ), name
+        assert "lake:/lake" in service["volumes"], f"{name} must share the lake root"
+    assert compose["services"]["spark-worker"]["deploy"]["replicas"] >= 2
+
+
+def test_every_command_refers_to_something_that_exists(compose):
+    classes = None
+    copies = _dockerfile_copies()
+    for name, service in compose["services"].items():
+        command = service["command"]
+        program, args = command[0], command[1:]
+        if program == "spark-class":
+            assert (SPARK_HOME / "bin" / "spark-class").is_file()
+            classes = classes or _jar_classes()
+            assert args[0] in classes, f"{name}: {args[0]} is not in pyspark's jars"
+        elif program == "lakehouse":
+            parsed = build_parser().parse_args(args)  # exits on an unknown command or flag
+            assert parsed.func.__name__ == "cmd_" + args[0].replace("-", "_"), name
+        elif program == "bash":
+            script = PROJECT / args[0]
+            assert script.is_file(), f"{name}: {args[0]} does not exist"
+            assert copies.get(args[0]) == f"./{args[0]}", f"{name}: the image lacks {args[0]}"
+            syntax = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+            assert syntax.returncode == 0, syntax.stderr
+        else:
+            pytest.fail(f"{name}: unexpected program {program!r}")
+
+
+def test_the_environment_is_valid_settings_pointing_at_the_master(compose):
+    master = compose["services"]["spark-master"]["command"]
+    host, port = master[master.index("--host") + 1], master[master.index("--port") + 1]
+    for name, service in compose["services"].items():
+        env = {k: str(v) for k, v in service["environment"].items()}
+        settings = load_settings(config_path=PROJECT / "conf" / "lakehouse.toml", env=env)
+        assert settings.master == f"spark://{host}:{port}", name
+        assert settings.root == Path("/lake"), name
+        assert settings.profile == "cluster", name
+    worker = compose["services"]["spark-worker"]["command"]
+    assert worker[-1] == f"spark://{host}:{port}"
+
+
+def test_the_dockerfile_ships_what_the_image_runs():
+    text = (DOCKER / "Dockerfile").read_text()
+    for source in _dockerfile_copies():
+        assert (PROJECT / source).exists(), f"COPY {source}: not in the project"
+    # every package the project installs is copied before `pip install .`
+    packages = re.search(r"include = \[(.*?)\]", (PROJECT / "pyproject.toml").read_text())[1]
+    install_at = text.index("pip install --no-cache-dir .")
+    for package in re.findall(r'"(\w+)\*"', packages):
+        assert text.index(f"COPY {package} ") < install_at, package
+    assert "FROM python:3.11" in text and "openjdk-17" in text
+    assert "delta-spark_2.13:4.4.1" in text  # the version the settings pin
+    assert (
+        'jars_packages = "io.delta:delta-spark_2.13:4.4.1"'
+        in (PROJECT / "conf" / "lakehouse.toml").read_text()
+    )
+    # the Airflow the image installs is the one the Makefile installs and the tests use
+    airflow = re.search(r"AIRFLOW_VERSION := (\S+)", (PROJECT / "Makefile").read_text())[1]
+    assert f'"apache-airflow=={airflow}"' in text
