@@ -206,6 +206,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from lakehouse.verify import VerifyError, run_verify
+
+    try:
+        return run_verify(settings_from_args(args))
+    except VerifyError as exc:
+        print(f"lakehouse: error: {exc}", file=sys.stderr)
+        return 2
+
+
 def cmd_state(args: argparse.Namespace) -> int:
     from lakehouse.state import print_health, state_health
 
@@ -352,6 +362,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --follow, stop after this many files (default 0: until Ctrl-C)",
     )
     p.set_defaults(func=cmd_generate)
+    p = sub.add_parser(
+        "verify",
+        parents=[common],
+        help="compare every table with a batch computation from the landing files",
+        description="Compute every bronze, silver and gold table in batch with pandas from the "
+        "landing files, the quality rules and the generator's manifest, compare the lake's "
+        "tables with it and print, per table, rows expected, found, missing, unexpected and "
+        "differing. With events later than the watermark in the data, silver and gold are "
+        "checked by their books instead. Exit 1 on any difference.",
+    )
+    p.set_defaults(func=cmd_verify)
     p = sub.add_parser(
         "run",
         parents=[common],

@@ -14,6 +14,8 @@ from lakehouse import oracle
 from lakehouse.progress import Progress
 from lakehouse.runner import run_layers
 from lakehouse.settings import duration_seconds
+from lakehouse.storage.deltafiles import open_table
+from lakehouse.verify import run_verify
 
 EVENTS_LATENESS = pd.Timedelta(minutes=10)  # watermarks.events of the test settings
 ATTRIBUTION_LATENESS = pd.Timedelta(hours=5)  # watermarks.attribution
@@ -115,3 +117,31 @@ def test_gold_tables_equal_their_batch_computation(spark, settings, store, max_f
     else:
         assert (alerts["purchases_in_minute"] >= 3).all()
         assert (alerts["purchases_in_minute"] <= expected_alerts["purchases_in_minute"]).all()
+
+    # lakehouse verify, computing silver and gold from the landing files alone, agrees
+    report = io.StringIO()
+    assert run_verify(settings, report) == 0, report.getvalue()
+    assert report.getvalue().splitlines()[-1] == "verify: all 15 tables equal the reference"
+    if max_files == 0:
+        # and it sees a row that is not where it should be: one silver event deleted
+        victim = events.sort_values("event_id")["event_id"].iloc[0]
+        open_table(settings.table_path("silver.events")).delete(f"event_id = '{victim}'")
+        report = io.StringIO()
+        assert run_verify(settings, report) == 1
+        lines = report.getvalue().splitlines()
+        (row,) = [line for line in lines if line.startswith("silver.events ")]
+        assert row.split()[1:] == [
+            f"{len(events):,}",
+            f"{len(events) - 1:,}",
+            "1",
+            "0",
+            "0",
+            "DIFFERENT",
+            "row",
+            "for",
+            "row",
+        ]
+        assert any(
+            line.startswith("  silver.events missing: ") and victim in line for line in lines
+        )
+        assert lines[-1] == "verify: 1 table(s) differ from the reference: silver.events"

@@ -1,0 +1,676 @@
+"""``lakehouse verify``: every table of the lake against an independent batch computation.
+
+The reference is computed with pandas straight from the landing files, the quality rules and the
+generator's manifest, following the data contract (ARCHITECTURE.md 5); it shares no code with
+the streaming transforms (gold uses :mod:`lakehouse.oracle`, written the same way):
+
+- bronze: every landing line parsed with Python's ``json``: a typed row, or a quarantine row
+  with its reason (empty line, malformed JSON, missing required field, wrong type);
+- silver: the contract's cleaning, the quality rules evaluated in pandas, the first copy of each
+  id kept, impressions left-joined to the clicks within the hour, an unmatched impression
+  written once the final watermark has passed its hour;
+- gold: :mod:`lakehouse.oracle` over the reference silver.
+
+When the manifest says no line arrived later than its watermark, streaming must equal batch
+(invariant 2) and every table is compared row for row. Otherwise which late rows Spark drops
+depends on micro-batch boundaries, so verify checks the books instead: bronze still row for row,
+silver.events holds no row the reference lacks and its input = kept + quarantined + duplicates +
+late drops (counted in ``ops.stream_progress``), silver.ad_attribution holds no pair the
+reference lacks, and gold equals the batch computation over the silver tables found.
+
+Per table it prints rows expected, found, missing, unexpected and differing (same key, other
+values), with a few examples, and returns 1 on any difference.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import sys
+import tomllib
+from collections import Counter
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import TextIO
+
+import numpy as np
+import pandas as pd
+
+from lakehouse import oracle
+from lakehouse.settings import Settings, duration_seconds
+from lakehouse.status import read_table
+from lakehouse.text import aligned
+
+MANIFEST = "_manifest.json"
+EXAMPLES = 3  # rows shown per kind of difference
+TOLERANCE = 1e-6  # sums of doubles added in another order
+
+# The contract's fields per source (ARCHITECTURE.md 5): name -> JSON kind.
+FIELDS = {
+    "events": {
+        "event_id": "string",
+        "user_id": "long",
+        "event_type": "string",
+        "page": "string",
+        "amount": "double",
+        "event_time": "time",
+        "device": "string",
+        "country": "string",
+    },
+    "impressions": {
+        "impression_id": "string",
+        "ad_id": "long",
+        "campaign_id": "long",
+        "user_id": "long",
+        "impression_time": "time",
+    },
+    "clicks": {
+        "click_id": "string",
+        "impression_id": "string",
+        "ad_id": "long",
+        "user_id": "long",
+        "click_time": "time",
+    },
+}
+REQUIRED = {
+    "events": ("event_id", "user_id", "event_time"),
+    "impressions": ("impression_id", "ad_id", "campaign_id", "user_id", "impression_time"),
+    "clicks": ("click_id", "impression_id", "ad_id", "user_id", "click_time"),
+}
+ID = {"events": "event_id", "impressions": "impression_id", "clicks": "click_id"}
+TIME = {"events": "event_time", "impressions": "impression_time", "clicks": "click_time"}
+CLICK_WINDOW = pd.Timedelta(hours=1)
+_INTEGER = re.compile(r"^\s*[+-]?\d+\s*$")
+_NUMBER = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$")
+_WHEN = re.compile(r"^\s*(\w+)\s*(=|<>|!=)\s*'([^']*)'\s*$")
+
+
+class VerifyError(RuntimeError):
+    """The lake cannot be verified (no manifest, a rule verify cannot evaluate)."""
+
+
+# ---- bronze: landing lines ------------------------------------------------------------------
+
+
+def landing_lines(settings: Settings, source: str) -> list[tuple[str, str]]:
+    """(file name, line) of every landing line of ``source``, in arrival (file name) order."""
+    folder = settings.landing_path(source)
+    lines = []
+    for path in sorted(p for p in folder.iterdir() if p.is_file() and p.suffix == ".json"):
+        text = path.read_text(encoding="utf-8")
+        parts = re.split(r"\r\n|\r|\n", text)
+        if parts and parts[-1] == "":
+            parts.pop()  # the newline that ends the last line
+        lines.extend((path.name, line) for line in parts)
+    return lines
+
+
+def _typed(kind: str, value):
+    """The value of a JSON field as its contract type; ``None`` when it does not convert."""
+    if value is None:
+        return None
+    if kind == "string":
+        if isinstance(value, str):
+            return value
+        return json.dumps(value, separators=(",", ":"))  # a scalar or object kept as its text
+    if isinstance(value, bool | dict | list):
+        return None
+    if kind == "long":
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str) and _INTEGER.match(value):
+            return int(value)
+        return None
+    if kind == "double":
+        if isinstance(value, int | float):
+            return float(value)
+        if isinstance(value, str) and _NUMBER.match(value):
+            return float(value)
+        return None
+    try:  # time: ISO-8601 only
+        stamp = pd.to_datetime(str(value), format="ISO8601", utc=True)
+    except (ValueError, TypeError):
+        return None
+    return None if pd.isna(stamp) else stamp
+
+
+def parse_line(source: str, line: str) -> tuple[dict | None, str | None]:
+    """(typed row, None) for a line that belongs in bronze.<source>, else (None, reason)."""
+    if not line.strip():
+        return None, "empty_line"
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None, "malformed_json"
+    if not isinstance(record, dict):
+        return None, "malformed_json"
+    fields = FIELDS[source]
+    row = {name: _typed(kind, record.get(name)) for name, kind in fields.items()}
+    if any(record.get(name) is None for name in REQUIRED[source]):
+        return None, "missing_field"
+    if any(row[name] is None for name in REQUIRED[source]):
+        return None, "wrong_type"
+    row["_rescued"] = any(
+        name not in fields or (record[name] is not None and row[name] is None) for name in record
+    )
+    return row, None
+
+
+def bronze_reference(settings: Settings, source: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(bronze.<source> rows, quarantine rows) the landing lines of ``source`` must give, in
+    arrival order."""
+    rows, bad = [], []
+    for file, line in landing_lines(settings, source):
+        row, reason = parse_line(source, line)
+        if row is None:
+            bad.append({"source": source, "reason": reason, "raw": line, "_source_file": file})
+        else:
+            row["_source_file"] = file
+            rows.append(row)
+    columns = [*FIELDS[source], "_rescued", "_source_file"]
+    frame = pd.DataFrame(rows, columns=columns)
+    for name, kind in FIELDS[source].items():
+        if kind == "time":
+            frame[name] = pd.to_datetime(frame[name], utc=True)
+    return frame, pd.DataFrame(bad, columns=["source", "reason", "raw", "_source_file"])
+
+
+# ---- silver ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    check: str
+    column: str
+    action: str
+    spec: dict = field(default_factory=dict)
+
+    def applies(self, frame: pd.DataFrame) -> pd.Series:
+        when = self.spec.get("when")
+        if not when:
+            return pd.Series(True, index=frame.index)
+        match = _WHEN.match(when)
+        if not match:
+            raise VerifyError(
+                f"rule {self.name}: verify evaluates only `when = \"<column> = '<text>'\"` "
+                f"(or <>), not {when!r}"
+            )
+        column, op, text = match.groups()
+        equal = frame[column] == text
+        return (equal if op == "=" else ~equal & frame[column].notna()).fillna(False)
+
+    def breaks(self, frame: pd.DataFrame, now: pd.Timestamp) -> pd.Series:
+        """True where the rule applies and the row breaks it (checks other than the null ones
+        pass a null value)."""
+        value = frame[self.column]
+        null = value.isna()
+        if self.check == "not_null":
+            bad = null
+        elif self.check == "null":
+            bad = ~null
+        elif self.check == "in_set":
+            bad = ~null & ~value.isin(self.spec["values"])
+        elif self.check == "between":
+            low, high = self.spec.get("min"), self.spec.get("max")
+            bad = pd.Series(False, index=frame.index)
+            if low is not None:
+                bad |= ~null & (value < low)
+            if high is not None:
+                bad |= ~null & (value > high)
+        elif self.check == "regex":
+            text = value.astype("string")
+            bad = ~null & ~text.str.contains(self.spec["pattern"], regex=True).fillna(True)
+        elif self.check == "not_after_now":
+            limit = now + pd.Timedelta(seconds=duration_seconds(self.spec["within"]))
+            bad = ~null & (value > limit)
+        else:
+            raise VerifyError(f"rule {self.name}: unknown check {self.check!r}")
+        return self.applies(frame) & bad.astype(bool)
+
+
+def load_rules(name: str) -> list[Rule]:
+    """The rules of ``silver/rules/<name>.toml``, read as data (not through the quality
+    module)."""
+    text = (resources.files("silver") / "rules" / f"{name}.toml").read_text()
+    return [
+        Rule(r["name"], r["check"], r["column"], r["action"], r)
+        for r in tomllib.loads(text).get("rule", [])
+    ]
+
+
+def quality(frame: pd.DataFrame, rules: list[Rule], now: pd.Timestamp):
+    """(kept rows, quarantined rows with the names of every rule they broke)."""
+    broken = pd.DataFrame({r.name: r.breaks(frame, now) for r in rules}, index=frame.index)
+    drop_rules = [r.name for r in rules if r.action == "drop"]
+    dropped = broken[drop_rules].any(axis=1) if drop_rules else pd.Series(False, frame.index)
+    names = broken.apply(lambda row: tuple(sorted(row.index[row.to_numpy()])), axis=1)
+    quarantined = frame[dropped].assign(rules=names[dropped] if len(frame) else [])
+    return frame[~dropped], quarantined
+
+
+def clean_events(frame: pd.DataFrame) -> pd.DataFrame:
+    """The contract's cleaning of events: text trimmed (spaces), codes in one case."""
+    out = frame.copy()
+    for name in ("event_id", "event_type", "page", "device", "country"):
+        out[name] = out[name].str.strip(" ")
+    out["event_type"] = out["event_type"].str.lower()
+    out["device"] = out["device"].str.lower()
+    out["country"] = out["country"].str.upper()
+    return out
+
+
+def first_copies(frame: pd.DataFrame, key: str) -> pd.DataFrame:
+    """The first row (in arrival order) of each ``key``: later copies are duplicates."""
+    return frame[~frame.duplicated(key, keep="first")]
+
+
+def attribution_reference(
+    impressions: pd.DataFrame, clicks: pd.DataFrame, settings: Settings
+) -> pd.DataFrame:
+    """Impressions LEFT OUTER JOIN clicks on the impression within the hour after it; an
+    impression without a click only once the final watermark (the lower of both sides'
+    latest time minus their lateness) has passed its hour."""
+    lateness = {
+        side: pd.Timedelta(seconds=duration_seconds(getattr(settings.watermarks, side)))
+        for side in ("impressions", "clicks")
+    }
+    watermarks = [
+        frame[TIME[side]].max() - lateness[side]
+        for side, frame in (("impressions", impressions), ("clicks", clicks))
+        if len(frame)
+    ]
+    final = min(watermarks) if watermarks else None
+    imp = impressions[["impression_id", "ad_id", "campaign_id", "user_id", "impression_time"]]
+    pairs = imp.merge(
+        clicks[["click_id", "impression_id", "click_time"]], on="impression_id", how="inner"
+    )
+    pairs = pairs[
+        (pairs["click_time"] >= pairs["impression_time"])
+        & (pairs["click_time"] <= pairs["impression_time"] + CLICK_WINDOW)
+    ]
+    alone = imp[~imp["impression_id"].isin(pairs["impression_id"])]
+    if final is None:
+        alone = alone.iloc[:0]
+    else:
+        alone = alone[alone["impression_time"] + CLICK_WINDOW < final]
+    alone = alone.assign(click_id=None, click_time=pd.NaT)
+    return pd.concat([pairs, alone], ignore_index=True)
+
+
+# ---- comparing ------------------------------------------------------------------------------
+
+
+def _normal(value):
+    """A hashable, comparable form of a cell: times as UTC microseconds, doubles rounded."""
+    if value is None or (np.isscalar(value) and pd.isna(value)):
+        return None
+    if isinstance(value, pd.Timestamp | dt.datetime | np.datetime64):
+        stamp = pd.Timestamp(value)
+        stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+        return stamp.value // 1000
+    if isinstance(value, float | np.floating):
+        return round(float(value), 6)
+    if isinstance(value, np.integer | np.bool_):
+        return value.item()
+    if isinstance(value, dict):
+        return tuple(sorted((k, _normal(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple | np.ndarray):
+        items = tuple(_normal(v) for v in value)
+        if items and all(isinstance(i, tuple) and len(i) == 2 for i in items):
+            return tuple(sorted(items))  # a map read back as (key, value) pairs
+        return items
+    return value
+
+
+def _rows(frame: pd.DataFrame, columns: list[str]) -> list[tuple]:
+    return [tuple(_normal(v) for v in row) for row in frame[columns].itertuples(index=False)]
+
+
+def _close(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(
+        x == y or (isinstance(x, float) and isinstance(y, float) and abs(x - y) <= TOLERANCE)
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+@dataclass
+class Check:
+    table: str
+    expected: int
+    found: int
+    missing: list[tuple] = field(default_factory=list)
+    unexpected: list[tuple] = field(default_factory=list)
+    differing: list[tuple[tuple, tuple]] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    note: str = ""
+    books: list[str] = field(default_factory=list)
+    books_ok: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.unexpected or self.differing) and self.books_ok
+
+
+def compare(
+    table: str,
+    expected: pd.DataFrame,
+    found: pd.DataFrame,
+    columns: list[str],
+    keys: list[str],
+    note: str = "",
+) -> Check:
+    """Rows of ``expected`` and ``found`` over ``columns`` as multisets; a missing and an
+    unexpected row with the same ``keys`` are one differing row."""
+    absent = [c for c in columns if c not in found.columns]
+    if absent and len(found):
+        raise VerifyError(f"{table} has no column(s) {', '.join(absent)}")
+    found = found if len(found) else pd.DataFrame(columns=columns)
+    want, have = Counter(_rows(expected, columns)), Counter(_rows(found, columns))
+    missing = list((want - have).elements())
+    unexpected = list((have - want).elements())
+    index = [columns.index(k) for k in keys]
+    pending: dict[tuple, list[tuple]] = {}
+    for row in unexpected:
+        pending.setdefault(tuple(row[i] for i in index), []).append(row)
+    check = Check(table, len(expected), len(found), columns=columns, note=note)
+    for row in missing:
+        candidates = pending.get(tuple(row[i] for i in index))
+        if candidates:
+            other = candidates.pop()
+            if not _close(row, other):
+                check.differing.append((row, other))
+        else:
+            check.missing.append(row)
+    check.unexpected = [row for rows in pending.values() for row in rows]
+    return check
+
+
+# ---- the whole lake -------------------------------------------------------------------------
+
+
+def _found(settings: Settings, name: str) -> pd.DataFrame:
+    frame = read_table(settings, name)
+    if "_source_file" in frame.columns:  # a URI; the reference has the landing file's name
+        frame["_source_file"] = frame["_source_file"].str.rsplit("/", n=1).str[-1]
+    for column in frame.columns:
+        if pd.api.types.is_datetime64_any_dtype(frame[column]):
+            frame[column] = pd.to_datetime(frame[column], utc=True)
+    return frame
+
+
+def _manifest(settings: Settings) -> dict:
+    path = settings.landing_path() / MANIFEST
+    if not path.is_file():
+        raise VerifyError(
+            f"{path} does not exist: verify needs the landing files and the manifest that "
+            "`lakehouse generate` writes beside them"
+        )
+    return json.loads(path.read_text())
+
+
+def _late_lines(manifest: dict) -> dict[str, int]:
+    late = Counter()
+    for run in manifest.get("runs", []):
+        for source, books in run.get("sources", {}).items():
+            late[source] += books.get("faults", {}).get("late", 0)
+    return dict(late)
+
+
+def _drops(settings: Settings, flow: str) -> tuple[int, int]:
+    """(duplicates, late rows) the stateful operators of ``flow`` dropped, over every run."""
+    progress = read_table(settings, "ops.stream_progress")
+    if progress.empty:
+        return 0, 0
+    ops = progress[(progress["flow"] == flow) & progress["operator"].notna()]
+    return int(ops["duplicates_dropped"].fillna(0).sum()), int(
+        ops["rows_dropped_by_watermark"].fillna(0).sum()
+    )
+
+
+def _lateness(text: str) -> pd.Timedelta:
+    return pd.Timedelta(seconds=duration_seconds(text))
+
+
+def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Check]:
+    """Every check of the lake, in layer order."""
+    manifest = _manifest(settings)
+    now = now or pd.Timestamp.now(tz="UTC")
+    late = _late_lines(manifest)
+    books_mode = any(late.values())
+    checks: list[Check] = []
+
+    # bronze, row for row whatever the batches
+    bronze: dict[str, pd.DataFrame] = {}
+    quarantine_ref = []
+    for source in FIELDS:
+        rows, bad = bronze_reference(settings, source)
+        bronze[source] = rows
+        quarantine_ref.append(bad)
+        found = _found(settings, f"bronze.{source}")
+        if len(found):
+            found["_rescued"] = found["_rescued_data"].notna()
+        columns = [*FIELDS[source], "_rescued", "_source_file"]
+        checks.append(compare(f"bronze.{source}", rows, found, columns, [ID[source]]))
+    quarantine = pd.concat(quarantine_ref, ignore_index=True)
+    checks.append(
+        compare(
+            "bronze.quarantine",
+            quarantine,
+            _found(settings, "bronze.quarantine"),
+            ["source", "reason", "raw", "_source_file"],
+            ["source", "_source_file", "raw"],
+        )
+    )
+
+    # silver.events
+    events_rules = load_rules("events")
+    cleaned = clean_events(bronze["events"])
+    kept, bad_events = quality(cleaned, events_rules, now)
+    silver_events = first_copies(kept, "event_id")
+    event_columns = list(FIELDS["events"])
+    found_events = _found(settings, "silver.events")
+    check = compare("silver.events", silver_events, found_events, event_columns, ["event_id"])
+    if books_mode:
+        # rows behind the watermark are dropped as micro-batches fall: none may be invented,
+        # and the books must balance
+        duplicates, late_rows = _drops(settings, "silver.events")
+        quarantined = int(
+            (_found(settings, "silver.quarantine").get("table") == "silver.events").sum()
+        )
+        inputs = len(_found(settings, "bronze.events"))
+        accounted = len(found_events) + quarantined + duplicates + late_rows
+        check.books_ok = accounted == inputs and len(check.missing) <= late_rows
+        check.books.append(
+            f"{inputs:,} bronze rows = {len(found_events):,} kept + {quarantined:,} quarantined"
+            f" + {duplicates:,} duplicates + {late_rows:,} late"
+            + ("" if accounted == inputs else f": OFF BY {inputs - accounted:,}")
+        )
+        check.books.append(
+            f"{len(check.missing):,} reference rows missing, {late_rows:,} late rows dropped"
+        )
+        check.note = "books (late data)"
+        check.missing = []
+    checks.append(check)
+
+    # silver.ad_attribution
+    sides = {}
+    bad_sides = []
+    for side in ("impressions", "clicks"):
+        side_kept, side_bad = quality(bronze[side], load_rules(side), now)
+        sides[side] = first_copies(side_kept, ID[side])
+        bad_sides.append((side, side_bad))
+    attribution = attribution_reference(sides["impressions"], sides["clicks"], settings)
+    attribution_columns = [
+        "impression_id",
+        "ad_id",
+        "campaign_id",
+        "user_id",
+        "impression_time",
+        "click_id",
+        "click_time",
+    ]
+    found_attribution = _found(settings, "silver.ad_attribution")
+    check = compare(
+        "silver.ad_attribution",
+        attribution,
+        found_attribution,
+        attribution_columns,
+        ["impression_id", "click_id"],
+    )
+    if books_mode:
+        # a late click dropped leaves its impression unmatched; a late impression is missing
+        matched = (
+            found_attribution[found_attribution["click_id"].notna()]
+            if len(found_attribution)
+            else found_attribution
+        )
+        pairs = compare(
+            "silver.ad_attribution",
+            attribution[attribution["click_id"].notna()],
+            matched,
+            attribution_columns,
+            ["impression_id", "click_id"],
+        )
+        check.unexpected, check.differing = pairs.unexpected, pairs.differing
+        unknown = set(found_attribution.get("impression_id", [])) - set(
+            sides["impressions"]["impression_id"]
+        )
+        check.books_ok = not unknown
+        check.books.append(
+            f"{len(unknown):,} impressions not in the reference; matched pairs compared"
+        )
+        check.note = "books (late data)"
+        check.missing = []
+    checks.append(check)
+
+    # silver.quarantine: what each flow quarantined, by the rules broken
+    expected_q = [
+        bad_events.assign(table="silver.events", key=bad_events["event_id"]),
+        *[
+            frame.assign(table="silver.ad_attribution", key=frame[ID[side]])
+            for side, frame in bad_sides
+        ],
+    ]
+    expected_q = pd.concat([f[["table", "key", "rules"]] for f in expected_q], ignore_index=True)
+    found_q = _found(settings, "silver.quarantine")
+    if len(found_q):
+        records = found_q["record"].map(json.loads)
+        found_q = found_q.assign(
+            key=[
+                r.get("event_id")
+                if t == "silver.events"
+                else r.get("click_id", r.get("impression_id"))
+                for r, t in zip(records, found_q["table"], strict=True)
+            ],
+            rules=found_q["rules"].map(lambda names: tuple(sorted(names))),
+        )
+    checks.append(
+        compare(
+            "silver.quarantine", expected_q, found_q, ["table", "key", "rules"], ["table", "key"]
+        )
+    )
+
+    # gold: over the reference silver, or over the silver found when late rows were dropped
+    if books_mode:
+        events, attribution = found_events, found_attribution
+        source = "over the silver tables found"
+    else:
+        events, attribution = silver_events, attribution
+        source = ""
+    checks.extend(gold_checks(settings, events, attribution, source))
+    return checks
+
+
+def gold_checks(
+    settings: Settings, events: pd.DataFrame, attribution: pd.DataFrame, note: str = ""
+) -> list[Check]:
+    lateness = _lateness(settings.watermarks.events)
+    found = lambda name: _found(settings, name)  # noqa: E731
+    sessions = oracle.sessions(events, lateness, settings.gold.session_max_pages)
+    custom, stats = oracle.sessions_custom(events, lateness, settings.gold.session_max_pages)
+    specs: list[tuple[str, pd.DataFrame, list[str]]] = [
+        ("gold.sessions", sessions.iloc[:, :6], ["user_id", "session_start"]),
+        ("gold.sessions_custom", custom, ["user_id", "session_start"]),
+        ("gold.session_stats_hourly", stats, ["hour_start"]),
+        ("gold.user_activity_5m", oracle.user_activity_5m(events), ["user_id", "window_start"]),
+        (
+            "gold.user_activity_hourly",
+            oracle.user_activity_hourly(events, lateness),
+            ["user_id", "hour_start"],
+        ),
+        (
+            "gold.ad_performance_hourly",
+            oracle.ad_performance_hourly(attribution, _lateness(settings.watermarks.attribution)),
+            ["ad_id", "hour_start"],
+        ),
+        (
+            "gold.user_activity_spans",
+            oracle.user_activity_spans(events, lateness),
+            ["user_id", "first_activity", "event_type"],
+        ),
+    ]
+    checks = [
+        compare(name, expected, found(name), list(expected.columns), keys, note)
+        for name, expected, keys in specs
+    ]
+    # an alert carries the figures of the moment it was raised, which depend on the batches:
+    # the purchases that alert do not
+    identity = ["user_id", "event_id", "purchase_time"]
+    checks.append(
+        compare(
+            "gold.purchase_alerts",
+            oracle.purchase_alerts(events),
+            found("gold.purchase_alerts"),
+            identity,
+            identity,
+            (note + "; " if note else "") + "which purchases alert",
+        )
+    )
+    return checks
+
+
+def print_checks(checks: list[Check], out: TextIO) -> None:
+    header = ["table", "expected", "found", "missing", "unexpected", "differing", "", "compared"]
+    rows = [
+        [
+            c.table,
+            f"{c.expected:,}",
+            f"{c.found:,}",
+            f"{len(c.missing):,}",
+            f"{len(c.unexpected):,}",
+            f"{len(c.differing):,}",
+            "ok" if c.ok else "DIFFERENT",
+            c.note or "row for row",
+        ]
+        for c in checks
+    ]
+    for line in aligned(header, rows, right={1, 2, 3, 4, 5}):
+        print(line, file=out)
+    for c in checks:
+        for line in c.books:
+            print(f"  {c.table} books: {line}", file=out)
+        if c.ok:
+            continue
+        names = ", ".join(c.columns)
+        for kind, rows in (("missing", c.missing), ("unexpected", c.unexpected)):
+            for row in rows[:EXAMPLES]:
+                print(f"  {c.table} {kind}: ({names}) = {row}", file=out)
+        for want, have in c.differing[:EXAMPLES]:
+            print(f"  {c.table} differing: expected {want}, found {have}", file=out)
+
+
+def run_verify(settings: Settings, out: TextIO | None = None, now=None) -> int:
+    out = out or sys.stdout
+    checks = verify_lake(settings, now)
+    print_checks(checks, out)
+    bad = [c.table for c in checks if not c.ok]
+    if bad:
+        print(f"verify: {len(bad)} table(s) differ from the reference: {', '.join(bad)}", file=out)
+        return 1
+    print(f"verify: all {len(checks)} tables equal the reference", file=out)
+    return 0
+
+
+__all__ = ["Check", "VerifyError", "compare", "run_verify", "verify_lake"]
