@@ -18,11 +18,12 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from lakehouse.flows import Flow, Input, LandingInput, TableInput
 from lakehouse.monitoring import ProgressRecorder, record_runs
-from lakehouse.settings import Settings
+from lakehouse.settings import Settings, split_table_name
 from lakehouse.storage import table_store, trigger_kwargs
 
 if TYPE_CHECKING:
@@ -212,6 +213,33 @@ def start_flow(
     )
 
 
+# Spark's errors for a checkpoint whose state does not fit the query restarted on it: a stateful
+# operator added, removed or changed, or its state schema changed.
+INCOMPATIBLE_STATE = (
+    "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+    "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+    "STATE_STORE_COLUMN_FAMILY_SCHEMA_INCOMPATIBLE",
+    "STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION",
+    "STATE_STORE_INVALID_CONFIG_AFTER_RESTART",
+    "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
+    "StateSchemaNotCompatible",
+)
+
+
+def incompatible_state(flow: str, checkpoint: Path, error: str) -> str | None:
+    """The error to show for a restart whose checkpoint holds state of another shape, naming
+    the flow and the way out; None for any other error."""
+    cause = next((c for c in INCOMPATIBLE_STATE if c in error), None)
+    if cause is None:
+        return None
+    return (
+        f"the state in the checkpoint of {flow} ({checkpoint}) does not fit this version of the "
+        f"flow ({cause}): a stateful operator or its state schema changed. Start the flow on a "
+        f"new checkpoint: move {checkpoint} aside, and its output tables if they must not get "
+        "the input again; the flow then rebuilds its state from its whole input"
+    )
+
+
 _RAISED = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*: \S.*$")
 
 
@@ -265,7 +293,7 @@ def run_flows(
         for query in queries.values():  # ops.stream_progress is complete when the run returns
             if not listener.wait_for(str(query.runId)):
                 log.warning("the progress of %s may not all be recorded yet", query.name)
-        reports = _reports(queries, started)
+        reports = _reports(settings, queries, started)
         run.record(queries, reports)
     failed = [r for r in reports if r.error]
     if failed:
@@ -317,7 +345,9 @@ class _RunBook:
             record_runs(self.settings, self.rows)
 
 
-def _reports(queries: dict[str, StreamingQuery], started: float) -> list[FlowReport]:
+def _reports(
+    settings: Settings, queries: dict[str, StreamingQuery], started: float
+) -> list[FlowReport]:
     reports = []
     for name, query in queries.items():
         progress = query.recentProgress
@@ -336,7 +366,10 @@ def _reports(queries: dict[str, StreamingQuery], started: float) -> list[FlowRep
         )
         error = query.exception()
         if error is not None:
-            report.error = _first_line(error)
+            layer, flow = split_table_name(name)
+            report.error = incompatible_state(
+                name, settings.checkpoint_path(layer, flow), str(error)
+            ) or _first_line(error)
         reports.append(report)
     return reports
 
