@@ -20,6 +20,11 @@ reference lacks, and gold equals the batch computation over the silver tables fo
 
 Per table it prints rows expected, found, missing, unexpected and differing (same key, other
 values), with a few examples, and returns 1 on any difference.
+
+The reference parses what the contract and the generator produce: JSON objects with ISO-8601
+times. Spark's JSON parser is more lenient than Python's on other input (single quotes, NaN and
+Infinity, timestamps with zone names, a stray "}" after the object), so on such lines the two
+may disagree: verify then reports them, and either side may be the one to fix.
 """
 
 from __future__ import annotations
@@ -97,8 +102,10 @@ def landing_lines(settings: Settings, source: str) -> list[tuple[str, str]]:
     """(file name, line) of every landing line of ``source``, in arrival (file name) order."""
     folder = settings.landing_path(source)
     lines = []
-    for path in sorted(p for p in folder.iterdir() if p.is_file() and p.suffix == ".json"):
-        text = path.read_text(encoding="utf-8")
+    # every file Spark's file source reads: not hidden, not starting with "_"
+    names = (p for p in folder.iterdir() if p.is_file() and not p.name.startswith(("_", ".")))
+    for path in sorted(names):
+        text = path.read_text(encoding="utf-8", errors="replace")
         parts = re.split(r"\r\n|\r|\n", text)
         if parts and parts[-1] == "":
             parts.pop()  # the newline that ends the last line
@@ -276,12 +283,13 @@ def attribution_reference(
         side: pd.Timedelta(seconds=duration_seconds(getattr(settings.watermarks, side)))
         for side in ("impressions", "clicks")
     }
-    watermarks = [
-        frame[TIME[side]].max() - lateness[side]
-        for side, frame in (("impressions", impressions), ("clicks", clicks))
-        if len(frame)
-    ]
-    final = min(watermarks) if watermarks else None
+    # Spark's global watermark is the lower of the two sides', and a side that has seen no row
+    # holds it at 0: then no impression is ever given up on
+    sides = (("impressions", impressions), ("clicks", clicks))
+    if all(len(frame) for _, frame in sides):
+        final = min(frame[TIME[side]].max() - lateness[side] for side, frame in sides)
+    else:
+        final = None
     imp = impressions[["impression_id", "ad_id", "campaign_id", "user_id", "impression_time"]]
     pairs = imp.merge(
         clicks[["click_id", "impression_id", "click_time"]], on="impression_id", how="inner"
@@ -309,7 +317,7 @@ def _normal(value):
     if isinstance(value, pd.Timestamp | dt.datetime | np.datetime64):
         stamp = pd.Timestamp(value)
         stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
-        return stamp.value // 1000
+        return int(stamp.as_unit("us").asm8.view("i8"))
     if isinstance(value, float | np.floating):
         return round(float(value), 6)
     if isinstance(value, np.integer | np.bool_):
@@ -476,8 +484,11 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
         # rows behind the watermark are dropped as micro-batches fall: none may be invented,
         # and the books must balance
         duplicates, late_rows = _drops(settings, "silver.events")
-        quarantined = int(
-            (_found(settings, "silver.quarantine").get("table") == "silver.events").sum()
+        found_quarantine = _found(settings, "silver.quarantine")
+        quarantined = (
+            int((found_quarantine["table"] == "silver.events").sum())
+            if len(found_quarantine)
+            else 0
         )
         inputs = len(_found(settings, "bronze.events"))
         accounted = len(found_events) + quarantined + duplicates + late_rows
