@@ -11,7 +11,7 @@ AIRFLOW_VENV := .venv-airflow
 AIRFLOW_VERSION := 3.3.2
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 
-.PHONY: setup airflow-setup scheduler demo test test-slow test-e2e test-faults test-all lint bench-storage check-java clean
+.PHONY: setup airflow-setup scheduler demo test test-slow test-e2e test-faults test-all lint bench bench-storage check-java clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 1; }
@@ -69,6 +69,10 @@ test-all: setup check-java airflow-setup
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+# the benchmark suite: 1,000,000 events, every layer and gold flow, median of 3 (about an hour)
+bench: setup check-java
+	$(BIN)/python bench/run.py
 
 bench-storage: setup check-java
 	$(BIN)/python bench/storage.py
