@@ -395,7 +395,9 @@ def main(argv=None) -> int:
     document = [
         "# Benchmark results",
         "",
-        f"`python bench/run.py --events {args.events} --runs {args.runs}` on {when}.",
+        f"`python bench/run.py --events {args.events} --runs {args.runs}"
+        + (f" --units {args.units}" if args.units else "")
+        + f"` on {when}.",
         "",
         f"Machine: {_machine()}.",
         "",
