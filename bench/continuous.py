@@ -78,6 +78,13 @@ def main(argv=None) -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--interval", type=float, default=5.0, help="seconds per landing file")
     parser.add_argument("--root", default=str(Path(tempfile.gettempdir()) / "lakehouse-bench"))
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        help="a settings override for both processes, KEY=VALUE (repeatable), e.g. "
+        "spark_conf.spark.python.authenticate.socketTimeout=60s",
+    )
     args = parser.parse_args(argv)
 
     root = Path(args.root) / "continuous"
@@ -85,6 +92,8 @@ def main(argv=None) -> int:
     settings = load_settings("local", overrides={"root": str(root)})
     lakehouse = str(Path(sys.executable).parent / "lakehouse")
     common = ["--root", str(root), "--profile", "local"]
+    for override in args.conf:
+        common += ["--conf", override]
     logs = root / "logs"
     logs.mkdir(parents=True)
     generator = subprocess.Popen(
