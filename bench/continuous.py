@@ -8,7 +8,7 @@ current event times, a file per source every ``--interval`` seconds) and ``lakeh
 ``trigger.interval``, 5 seconds), both as separate processes. Every 30 seconds it reads, from
 the Delta logs only (row counts and column maxima of the files' statistics, no table scan):
 
-- bronze rows and the rows/s since the last sample, against the generated lines/s;
+- bronze rows and the rows/s since the last sample (bursty: a micro-batch lands at once);
 - lag of bronze.events and silver.events: now minus their latest event time;
 - gold freshness: now minus the start of the newest 5-minute window in gold.user_activity_5m
   (update mode: a window's row is written from its first micro-batch on, so this saws between
@@ -29,7 +29,6 @@ import contextlib
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -165,14 +164,15 @@ def main(argv=None) -> int:
         return 1
     half = len(samples) // 2
     first, second = samples[:half], samples[half:]
-    kept_rate = statistics.median(s["rate"] for s in second)
+    # micro-batches land in bursts: the rate over the whole second half, not a median of samples
+    kept_rate = (second[-1]["rows"] - first[-1]["rows"]) / (second[-1]["t"] - first[-1]["t"])
     # events land with lines for duplicates and faults: about 1.03 lines per event
     keeps_up = kept_rate >= 0.95 * args.rate
     fresh = [s["fresh_5m"] for s in second if s["fresh_5m"] is not None]
     fresh_before = [s["fresh_5m"] for s in first if s["fresh_5m"] is not None]
     bounded = bool(fresh) and (not fresh_before or max(fresh) <= max(fresh_before) + 60)
     print(
-        f"bronze rows/s over the second half (median): {kept_rate:,.0f} for {args.rate:,.0f} "
+        f"bronze rows/s over the second half: {kept_rate:,.0f} for {args.rate:,.0f} "
         f"events/s generated: {'keeps up' if keeps_up else 'FALLS BEHIND'}"
     )
     print(

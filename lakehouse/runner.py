@@ -275,12 +275,15 @@ def run_flows(
     started = time.monotonic()
     run = _RunBook(settings)
     try:
+        staggered = settings.trigger.mode == "continuous" and len(flows) > 1
         for flow in flows:
             try:
                 queries[flow.name] = start_flow(spark, store, settings, flow)
             except Exception as exc:  # e.g. a missing input: in ops.runs, then raised
                 run.failed_to_start(flow.name, exc)
                 raise
+            if staggered:
+                _wait_initialized(queries[flow.name])
         endless = {flow.name for flow in flows if not flow.stops_itself}
         _wait(spark, queries, continuous=settings.trigger.mode == "continuous", endless=endless)
     except KeyboardInterrupt:
@@ -393,6 +396,18 @@ def _wait(
         spark.streams.awaitAnyTermination()
     except Exception:
         return
+
+
+def _wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
+    """Until ``query`` has initialized its sources. Each streaming Python data source (the
+    embedded Delta source) starts a Python process in the driver that must connect back within
+    Spark's timeout; with every layer's flows started at once (continuous mode: 14 of them) on
+    a small machine, some missed it. Started one after the other, they do not."""
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and time.monotonic() < deadline:
+        if query.status["message"] != "Initializing sources":
+            return
+        time.sleep(0.1)
 
 
 def _caught_up(progress: dict | None) -> bool:
