@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from lakehouse.settings import load_settings
@@ -47,3 +49,19 @@ def run_stream(store):
         return [p for p in query.recentProgress if p["numInputRows"] > 0]
 
     return run
+
+
+@pytest.fixture
+def shuffle_partitions(spark):
+    """``with shuffle_partitions(n):`` runs its block with ``n`` shuffle partitions."""
+
+    @contextlib.contextmanager
+    def use(n: int):
+        before = spark.conf.get("spark.sql.shuffle.partitions")
+        spark.conf.set("spark.sql.shuffle.partitions", str(n))
+        try:
+            yield
+        finally:
+            spark.conf.set("spark.sql.shuffle.partitions", before)
+
+    return use

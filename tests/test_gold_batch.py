@@ -38,18 +38,10 @@ def _same(found: pd.DataFrame, expected: pd.DataFrame, name: str) -> None:
     )
 
 
-@contextlib.contextmanager
-def _shuffle_partitions(spark, n: int):
-    before = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", str(n))
-    try:
-        yield
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", before)
-
-
 @pytest.mark.parametrize("max_files", [0, pytest.param(1, marks=pytest.mark.slow)])
-def test_gold_tables_equal_their_batch_computation(spark, settings, store, max_files):
+def test_gold_tables_equal_their_batch_computation(
+    spark, settings, store, shuffle_partitions, max_files
+):
     """Two deliveries of 4 hours (every job stops after the first and restarts from its
     checkpoints). ``max_files`` 0: each layer reads a delivery in one micro-batch; 1: every
     layer reads one file per micro-batch. Silver then runs with one shuffle partition, so it
@@ -70,7 +62,7 @@ def test_gold_tables_equal_their_batch_computation(spark, settings, store, max_f
             seed=11 + delivery,
         )
         gen.generate(spark, settings.root, params, progress=quiet)
-        with _shuffle_partitions(spark, 1) if max_files else contextlib.nullcontext():
+        with shuffle_partitions(1) if max_files else contextlib.nullcontext():
             run_layers(spark, batches, ["bronze", "silver"], out=io.StringIO())
         run_layers(spark, batches, ["gold"], out=io.StringIO())
 

@@ -17,16 +17,6 @@ from lakehouse.verify import run_verify
 pytestmark = pytest.mark.slow
 
 
-@contextlib.contextmanager
-def _shuffle_partitions(spark, n: int):
-    before = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", str(n))
-    try:
-        yield
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", before)
-
-
 @pytest.mark.parametrize(
     "seed, events, hours, max_files, faults",
     [
@@ -36,7 +26,7 @@ def _shuffle_partitions(spark, n: int):
     ],
 )
 def test_verify_passes_whatever_the_micro_batches(
-    spark, settings, seed, events, hours, max_files, faults
+    spark, settings, shuffle_partitions, seed, events, hours, max_files, faults
 ):
     params = gen.params_from_settings(
         settings, events=events, hours=hours, late_fraction=0.0, seed=seed, **faults
@@ -45,7 +35,7 @@ def test_verify_passes_whatever_the_micro_batches(
     batches = settings.with_overrides({"trigger.max_files_per_trigger": max_files})
     # one file per micro-batch: silver with one shuffle partition writes one file per version,
     # so gold reads silver in arrival order (see test_gold_batch)
-    with _shuffle_partitions(spark, 1) if max_files == 1 else contextlib.nullcontext():
+    with shuffle_partitions(1) if max_files == 1 else contextlib.nullcontext():
         run_layers(spark, batches, ["bronze", "silver"], out=io.StringIO())
     run_layers(spark, batches, ["gold"], out=io.StringIO())
     report = io.StringIO()
@@ -55,12 +45,12 @@ def test_verify_passes_whatever_the_micro_batches(
     assert all(line.endswith("row for row") or "purchases alert" in line for line in lines[1:16])
 
 
-def test_with_late_events_verify_checks_the_books(spark, settings):
+def test_with_late_events_verify_checks_the_books(spark, settings, shuffle_partitions):
     # one landing file per micro-batch: a late line then meets a watermark already past it
     params = gen.params_from_settings(settings, events=2000, hours=2.0, late_fraction=0.02, seed=41)
     gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
     batches = settings.with_overrides({"trigger.max_files_per_trigger": 1})
-    with _shuffle_partitions(spark, 1):
+    with shuffle_partitions(1):
         run_layers(spark, batches, ["bronze", "silver"], out=io.StringIO())
     run_layers(spark, settings, ["gold"], out=io.StringIO())  # gold: all at once
     report = io.StringIO()

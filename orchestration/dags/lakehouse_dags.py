@@ -69,17 +69,27 @@ def _task_env(settings) -> dict[str, str]:
     return env
 
 
-def build_pipeline_dag(settings) -> DAG:
-    args, env = _common_args(settings), _task_env(settings)
-    with DAG(
-        dag_id="lakehouse_pipeline",
-        description="generate (optional) >> bronze >> silver >> gold, available-now",
-        schedule=settings.scheduler.schedule,
+def _dag(settings, dag_id: str, description: str, schedule: str) -> DAG:
+    """One active run, no catch-up: a run never overlaps another on the same checkpoints."""
+    return DAG(
+        dag_id=dag_id,
+        description=description,
+        schedule=schedule,
         start_date=START,
         catchup=False,
         max_active_runs=1,
         default_args=_default_args(settings),
         tags=["lakehouse"],
+    )
+
+
+def build_pipeline_dag(settings) -> DAG:
+    args, env = _common_args(settings), _task_env(settings)
+    with _dag(
+        settings,
+        "lakehouse_pipeline",
+        "generate (optional) >> bronze >> silver >> gold, available-now",
+        settings.scheduler.schedule,
     ) as dag:
         previous = None
         if settings.scheduler.generate_events:
@@ -110,15 +120,11 @@ def build_pipeline_dag(settings) -> DAG:
 
 
 def build_maintenance_dag(settings) -> DAG:
-    with DAG(
-        dag_id="lakehouse_maintenance",
-        description="lakehouse maintain: compact small files, vacuum unreferenced ones",
-        schedule=settings.scheduler.maintenance_schedule,
-        start_date=START,
-        catchup=False,
-        max_active_runs=1,
-        default_args=_default_args(settings),
-        tags=["lakehouse"],
+    with _dag(
+        settings,
+        "lakehouse_maintenance",
+        "lakehouse maintain: compact small files, vacuum unreferenced ones",
+        settings.scheduler.maintenance_schedule,
     ) as dag:
         BashOperator(
             task_id="maintain",
