@@ -1,0 +1,49 @@
+"""bench/RESULTS.md: the machine's description and the sections each bench writes."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+
+def machine() -> str:
+    """One line: cores, CPU, memory, OS, Python, Java and pyspark versions."""
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor() or "unknown CPU",
+    )
+    mem_kb = next(
+        int(line.split()[1])
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal")
+    )
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
+    import pyspark
+
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {mem_kb / 1024**2:.0f} GiB, {platform.system()} "
+        f"{platform.machine()}, Python {platform.python_version()}, "
+        f"{java.splitlines()[0] if java else 'java ?'}, pyspark {pyspark.__version__}"
+    )
+
+
+def write_section(path: Path, heading: str, body: list[str]) -> None:
+    """Put ``## heading`` with ``body`` into the Markdown file at ``path``: in place of the
+    section of that heading, else at the end. The other sections stay as they are."""
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    parts = text.split("\n## ")
+    section = "\n".join([heading, "", *body]).rstrip("\n") + "\n"
+    for i, part in enumerate(parts[1:], start=1):
+        if part.splitlines()[0].strip() == heading:
+            parts[i] = section
+            break
+    else:
+        parts[0] = parts[0].rstrip("\n") + "\n"
+        parts.append(section)
+    path.write_text("\n## ".join(parts))
