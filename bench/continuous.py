@@ -235,14 +235,20 @@ def _sample_line(s: dict) -> str:
 
 
 def _pair(values: tuple) -> str:
-    return " / ".join(_fmt(v) if isinstance(v, float | None) else f"{v:,}" for v in values)
+    return " / ".join(_fmt(v) for v in values)
+
+
+def _median(values) -> float | None:
+    """The median of the values a run has (a run can end before gold's first window closes)."""
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
 
 
 def section(args, argv: list[str], runs: list[dict]) -> list[str]:
     """The "Continuous mode" section of bench/RESULTS.md."""
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
-        f"`python bench/continuous.py {' '.join(argv)}`".replace(" `", "`") + f" on {when}.",
+        f"`{' '.join(['python bench/continuous.py', *argv])}` on {when}.",
         "",
         f"Machine: {machine()}.",
         "",
@@ -264,7 +270,7 @@ def section(args, argv: list[str], runs: list[dict]) -> list[str]:
     if len(runs) > 1:
         lines.append(
             f"| median | {statistics.median(r['rate'] for r in runs):,.0f} | | | "
-            f"{_fmt(statistics.median(r['fresh'][1] or 0 for r in runs))} (second half) | | |"
+            f"{_fmt(_median(r['fresh'][1] for r in runs))} (second half) | | |"
         )
     lines += [
         "",

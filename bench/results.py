@@ -33,11 +33,24 @@ def machine() -> str:
     )
 
 
+def _parts(path: Path) -> list[str]:
+    """The file's text before its first ``## `` section, then each section's text."""
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    return text.split("\n## ")
+
+
+def write_head(path: Path, head: str) -> None:
+    """Replace what comes before the first ``## `` section (bench/run.py's table); the
+    sections stay as they are."""
+    parts = _parts(path)
+    parts[0] = head.rstrip("\n") + "\n"
+    path.write_text("\n## ".join(parts))
+
+
 def write_section(path: Path, heading: str, body: list[str]) -> None:
     """Put ``## heading`` with ``body`` into the Markdown file at ``path``: in place of the
     section of that heading, else at the end. The other sections stay as they are."""
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    parts = text.split("\n## ")
+    parts = _parts(path)
     section = "\n".join([heading, "", *body]).rstrip("\n") + "\n"
     for i, part in enumerate(parts[1:], start=1):
         if part.splitlines()[0].strip() == heading:

@@ -43,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 PROJECT = HERE.parent
 sys.path.insert(0, str(PROJECT))
 
-from results import machine  # noqa: E402
+from results import machine, write_head  # noqa: E402
 
 from lakehouse.settings import load_settings  # noqa: E402
 
@@ -408,10 +408,8 @@ def main(argv=None) -> int:
         note = ", ".join(f"{unit} {n}" for unit, n in failed.items())
         document += [f"Failed runs, tried again (unit and failures): {note}.", ""]
         print(f"failed runs: {note}")
-    output = Path(args.output)
     # the sections other benches write (bench/continuous.py: "## Continuous mode") stay
-    kept = output.read_text().partition("\n## ") if output.exists() else ("", "", "")
-    output.write_text("\n".join(document) + (f"\n## {kept[2]}" if kept[1] else ""))
+    write_head(Path(args.output), "\n".join(document))
     print(f"written to {args.output}")
     return 0
 
