@@ -196,12 +196,13 @@ def events_spec(
     """Events as bursts (sessions): each row picks a session; the session fixes the user, the
     start time, the length, the device and the country; the row's time falls inside it.
 
-    ``session_s`` bounds the length of a burst; (0, 0) places events uniformly in the span (the
-    follow mode, where every file covers a few seconds)."""
+    ``session_s`` bounds the length of a burst; (0, 0) places every event on its own uniformly
+    in the span (the follow mode: a session's ~20 events at one instant would come in clumps)."""
     import dbldatagen as dg
 
     sessions = max(1, rows // EVENTS_PER_SESSION)
     low, high = session_s
+    place = _unit("session", seed + 1) if high > 0 else "offset"
     return (
         dg.DataGenerator(
             spark,
@@ -231,7 +232,7 @@ def events_spec(
             baseColumn=["session", "offset"],
             expr=(
                 f"timestamp_millis(cast({start_ms} + round(1000 * ("
-                f"{_unit('session', seed + 1)} * {span_s}"
+                f"{place} * {span_s}"
                 f" + offset * ({low} + {high - low} * pow({_unit('session', seed + 2)}, 1.5))"
                 ")) as bigint))"
             ),

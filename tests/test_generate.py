@@ -274,6 +274,8 @@ def test_follow_writes_small_files_with_current_times(spark, tmp_path):
     faults = manifest["totals"]["events"]["faults"]
     assert sum(map(int, ticks)) == len(clean) + sum(faults[k] for k in gen.MALFORMED)
     assert sum(map(int, ticks)) < 40 * (after - before).total_seconds() + 40
+    # each event has its own time: no session of ~20 events at one instant
+    assert len(set(clean.values())) >= len(clean) - 10
     assert all(before - dt.timedelta(seconds=1) <= t <= after for t in clean.values())
     for source, field in (("impressions", "impression_time"), ("clicks", "click_time")):
         for _, line in _lines(tmp_path, source):
