@@ -20,6 +20,7 @@ import pytest
 
 from lakehouse import generate as gen
 from lakehouse.progress import Progress
+from lakehouse.runner import run_layers
 from lakehouse.verify import run_verify
 
 pytestmark = pytest.mark.faults
@@ -29,7 +30,7 @@ KILLS_PER_LAYER = 4  # 12 kills in all
 SEED = 20261123
 
 
-def _submit(layer: str, root: Path, log) -> subprocess.Popen:
+def _submit(layer: str, root: Path, log, python: str = sys.executable) -> subprocess.Popen:
     # one file per micro-batch, so every run has many commits to be killed in; silver with one
     # shuffle partition writes one file per version, which gold then reads in arrival order
     conf = ["--conf", "shuffle_partitions=1"] if layer == "silver" else []
@@ -48,7 +49,7 @@ def _submit(layer: str, root: Path, log) -> subprocess.Popen:
         "1",
         *conf,
     ]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    env = {**os.environ, "PYSPARK_PYTHON": python}
     return subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT, env=env, start_new_session=True
     )
@@ -113,3 +114,47 @@ def test_killed_and_restarted_jobs_leave_every_table_exact(spark, settings, tmp_
     report = io.StringIO()
     assert run_verify(settings, report) == 0, report.getvalue()
     assert report.getvalue().splitlines()[-1] == "verify: all 15 tables equal the reference"
+
+
+def test_a_flow_whose_python_worker_is_late_to_connect_back_is_restarted(
+    spark, settings, tmp_path, shuffle_partitions
+):
+    """Spark gives a Python process it starts in the driver 10 seconds to connect back; on a
+    busy machine one can miss that ("Python worker failed to connect back") and fail its flow.
+    Here the first Python planner of an embedded Delta source waits 12 s before it starts: the
+    gold job restarts that flow from its checkpoint, and every table still equals its batch
+    computation."""
+    params = gen.params_from_settings(
+        settings, events=600, hours=1.0, late_fraction=0.0, users=20, seed=SEED
+    )
+    gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
+    with shuffle_partitions(1):  # one silver file: the job reads one file per micro-batch
+        run_layers(spark, settings, ["bronze", "silver"], out=io.StringIO())
+    late = tmp_path / "late-python"
+    late.write_text(
+        "#!/bin/sh\n"
+        # mkdir is atomic: only the first planner started by the job waits
+        f'if [ "$2" = pyspark.sql.streaming.python_streaming_source_runner ] '
+        f"&& mkdir {tmp_path / 'waited'} 2>/dev/null; then sleep 12; fi\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    late.chmod(0o755)
+    with open(tmp_path / "gold.log", "w+") as log:
+        job = _submit("gold", settings.root, log, python=str(late))
+        assert job.wait(timeout=600) == 0, _read(log)[-6000:]
+        text = _read(log)
+    assert (tmp_path / "waited").is_dir(), "the job started no source planner"
+    # flows start one after the other: the first one's planner is the late one
+    assert [line for line in text.splitlines() if "restarting" in line] == [
+        "flow gold.sessions: Python worker failed to connect back. (the machine was too busy); "
+        "restarting it from its checkpoint (1 of 2)"
+    ], text[-6000:]
+    report = io.StringIO()
+    assert run_verify(settings, report) == 0, report.getvalue()
+    assert report.getvalue().splitlines()[-1] == "verify: all 15 tables equal the reference"
+
+
+def _read(log) -> str:
+    log.flush()
+    log.seek(0)
+    return log.read()
