@@ -61,6 +61,9 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "clicks": ("click_id", "impression_id", "ad_id", "user_id", "click_time"),
 }
 RESCUED = "_rescued_data"
+# Spark's JSON parser takes single-quoted names and strings by default; JSON (and the verify
+# reference) does not. (NaN and Infinity stay allowed: Python's json module reads them too.)
+STRICT_JSON = {"allowSingleQuotes": "false"}
 METADATA = _schema(
     (RESCUED, StringType()), ("_source_file", StringType()), ("_ingested_at", TimestampType())
 )
@@ -105,7 +108,7 @@ def parse_lines(lines: DataFrame, source: str) -> DataFrame:
     raw = F.col("_raw")
     # rand() makes the parse nondeterministic to the optimizer, which then neither copies it
     # into every expression that reads it nor pushes a filter below it: one parse per line.
-    parse = F.when(F.rand(0) >= 0, F.from_json("value", "map<string,string>"))
+    parse = F.when(F.rand(0) >= 0, F.from_json("value", "map<string,string>", STRICT_JSON))
     parsed = lines.select("value", "_source_file", parse.alias("_raw"))
     typed = {f.name: _field_value(raw, f.name, f.dataType) for f in schema.fields}
     present = {f.name: F.element_at(raw, F.lit(f.name)).isNotNull() for f in schema.fields}
@@ -136,17 +139,16 @@ def parse_lines(lines: DataFrame, source: str) -> DataFrame:
     # (the checks are ordered so the common line pays only for cheap ones: CASE WHEN
     # evaluates a branch only when its condition holds)
     blank = F.when(raw.isNull(), value.rlike(r"^\s*$")).otherwise(F.lit(False))
-    # Spark's JSON parser stops after the first value: text after the object (or a second
-    # object, from a producer that forgot a newline) must not pass for a good line. A line
-    # whose first "}" is its last character has neither; the others get the full check.
+    # Spark's JSON parser stops after the first value: text after the object (a stray "}", a
+    # second object from a producer that forgot a newline, with or without a comma) must not
+    # pass for a good line. A line whose first "}" is its last character has none; the others
+    # (rare: a nested object, a "}" in a string) are parsed again as the only element of an
+    # array, which holds exactly one value when nothing follows the object.
     inner_brace = F.instr(value, "}") < F.length(value)
+    as_array = F.from_json(F.concat(F.lit("["), value, F.lit("]")), "array<string>", STRICT_JSON)
     trailing = F.when(
         raw.isNotNull() & inner_brace,
-        ~F.rtrim(value).endswith("}")
-        | (
-            value.rlike(r"\}\s*\{")
-            & F.from_json(F.concat(F.lit("["), value, F.lit("]")), "array<string>").isNull()
-        ),
+        ~F.rtrim(value).endswith("}") | F.coalesce(F.size(as_array) != 1, F.lit(True)),
     ).otherwise(F.lit(False))
     not_object = raw.isNull() | trailing
     reason = (

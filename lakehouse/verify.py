@@ -24,9 +24,9 @@ Per table it prints rows expected, found, missing, unexpected and differing (sam
 values), with a few examples, and returns 1 on any difference.
 
 The reference parses what the contract and the generator produce: JSON objects with ISO-8601
-times. Spark's JSON parser is more lenient than Python's on other input (single quotes, NaN and
-Infinity, timestamps with zone names, a stray "}" after the object), so on such lines the two
-may disagree: verify then reports them, and either side may be the one to fix.
+times. Bronze refuses what Python's json module refuses (single quotes, text after the object),
+but Spark still reads some input Python reads otherwise (timestamps with zone names), so on such
+lines the two may disagree: verify then reports them, and either side may be the one to fix.
 """
 
 from __future__ import annotations

@@ -152,6 +152,9 @@ def test_each_malformed_kind_gives_a_quarantine_row(spark, settings, store):
         "tab": "\t",
         "trailing": json.dumps(_event("e9")) + " junk",
         "two_objects": json.dumps(_event("e10")) + json.dumps(_event("e11")),
+        "stray_brace": json.dumps(_event("e13")) + "}",
+        "comma_objects": json.dumps(_event("e14")) + ", " + json.dumps(_event("e15")),
+        "single_quotes": json.dumps(_event("e16")).replace('"', "'"),
     }
     braces = json.dumps(_event("e12", page="/search?q=}{"))
     _write_landing(settings, "events", "events-000000.json", [good, *lines.values(), braces])
@@ -172,6 +175,9 @@ def test_each_malformed_kind_gives_a_quarantine_row(spark, settings, store):
         ("events", lines["tab"], "empty_line", "blank line"),
         ("events", lines["trailing"], "malformed_json", "text after the JSON object"),
         ("events", lines["two_objects"], "malformed_json", "text after the JSON object"),
+        ("events", lines["stray_brace"], "malformed_json", "text after the JSON object"),
+        ("events", lines["comma_objects"], "malformed_json", "text after the JSON object"),
+        ("events", lines["single_quotes"], "malformed_json", "not a JSON object"),
     ]
     assertDataFrameEqual(got, [Row(source=a, raw=b, reason=c, detail=d) for a, b, c, d in expected])
     assertDataFrameEqual(
