@@ -303,9 +303,10 @@ def run_flows(
             file=out,
             flush=True,
         )
+        query = start_flow(spark, store, settings, by_name[name])
         attempts.append(queries[name])
-        queries[name] = start_flow(spark, store, settings, by_name[name])
-        _wait_initialized(queries[name])
+        queries[name] = query
+        _wait_initialized(query)
         return True
 
     try:
@@ -445,10 +446,12 @@ def _wait(
     while True:
         with contextlib.suppress(Exception):  # reported from query.exception()
             spark.streams.awaitAnyTermination()
-        ended = [name for name, query in queries.items() if not query.isActive]
-        if not all([restart(name) for name in ended]):
-            return
+        # reset first: a flow ending from here on wakes the next wait, one ended before is seen
+        # below (a query of an earlier run in this session woke this one: wait again)
         spark.streams.resetTerminated()
+        ended = [name for name, query in queries.items() if not query.isActive]
+        if ended and not all([restart(name) for name in ended]):
+            return
 
 
 def _wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
