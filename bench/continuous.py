@@ -44,35 +44,17 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from results import machine, write_section  # noqa: E402
+from results import log_stats, machine, write_section  # noqa: E402
 
 from lakehouse.generate import MANIFEST  # noqa: E402
 from lakehouse.settings import load_settings  # noqa: E402
 from lakehouse.status import read_table  # noqa: E402
-from lakehouse.storage import deltafiles as dfiles  # noqa: E402
 
 SAMPLE_S = 30
-
-
-def _stats(settings, table: str, column: str) -> tuple[int, pd.Timestamp | None]:
-    """(rows, max of ``column``) of a table from its log's file statistics."""
-    path = settings.table_path(table)
-    if not dfiles.is_delta_table(path):
-        return 0, None
-    actions = pa.table(dfiles.open_table(path).get_add_actions(flatten=True)).to_pandas()
-    if actions.empty:
-        return 0, None
-    rows = int(actions["num_records"].sum())
-    maxima = actions.get(f"max.{column}")
-    if maxima is None or maxima.isna().all():
-        return rows, None
-    latest = pd.Timestamp(maxima.max())
-    return rows, latest.tz_convert(None) if latest.tzinfo else latest
 
 
 def _age(now: pd.Timestamp, latest: pd.Timestamp | None) -> float | None:
@@ -139,10 +121,10 @@ def run_once(args, root: Path) -> dict:
                 raise SystemExit(f"a process ended early: see {logs}")
             now = pd.Timestamp.now(tz="UTC").tz_localize(None)
             landed = _landed_bronze_rows(root)
-            rows, bronze_latest = _stats(settings, "bronze.events", "event_time")
-            _, silver_latest = _stats(settings, "silver.events", "event_time")
-            _, session_end = _stats(settings, "gold.sessions", "session_end")
-            _, window_start = _stats(settings, "gold.user_activity_5m", "window_start")
+            rows, bronze_latest = log_stats(settings, "bronze.events", "event_time")
+            _, silver_latest = log_stats(settings, "silver.events", "event_time")
+            _, session_end = log_stats(settings, "gold.sessions", "session_end")
+            _, window_start = log_stats(settings, "gold.user_activity_5m", "window_start")
             t = time.monotonic()
             rate = (rows - previous[1]) / (t - previous[0])
             previous = (t, rows)

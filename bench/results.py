@@ -33,6 +33,29 @@ def machine() -> str:
     )
 
 
+def log_stats(settings, table: str, column: str | None = None):
+    """(rows, maximum of ``column``) of a table, from its Delta log's file statistics: no
+    table scan. (0, None) for a table not written yet; the maximum is a naive UTC
+    ``pandas.Timestamp`` for a timestamp column, None without ``column`` or statistics."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from lakehouse.storage import deltafiles as dfiles
+
+    path = settings.table_path(table)
+    if not dfiles.is_delta_table(path):
+        return 0, None
+    actions = pa.table(dfiles.open_table(path).get_add_actions(flatten=True)).to_pandas()
+    if actions.empty:
+        return 0, None
+    rows = int(actions["num_records"].sum())
+    maxima = actions.get(f"max.{column}") if column else None
+    if maxima is None or maxima.isna().all():
+        return rows, None
+    latest = pd.Timestamp(maxima.max())
+    return rows, latest.tz_convert(None) if latest.tzinfo else latest
+
+
 def _parts(path: Path) -> list[str]:
     """The file's text before its first ``## `` section, then each section's text."""
     text = path.read_text() if path.exists() else "# Benchmark results\n"

@@ -43,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 PROJECT = HERE.parent
 sys.path.insert(0, str(PROJECT))
 
-from results import machine, write_head  # noqa: E402
+from results import log_stats, machine, write_head  # noqa: E402
 
 from lakehouse.settings import load_settings  # noqa: E402
 
@@ -90,15 +90,6 @@ def _link(base: Path, work: Path, *relative: str) -> None:
         target.symlink_to(base / rel, target_is_directory=True)
 
 
-def _table_rows(settings, name: str) -> int:
-    import pyarrow as pa
-
-    from lakehouse.storage import deltafiles as dfiles
-
-    adds = pa.table(dfiles.open_table(settings.table_path(name)).get_add_actions(flatten=True))
-    return int(pa.compute.sum(adds["num_records"]).as_py() or 0)
-
-
 def input_rows(unit: str, base) -> int:
     """The rows a unit reads, each input counted once: landing lines for bronze (and the
     pipeline), bronze rows for silver, silver rows for gold, a gold flow's own input."""
@@ -109,11 +100,11 @@ def input_rows(unit: str, base) -> int:
         totals = json.loads((base.landing_path() / MANIFEST).read_text())["totals"]
         return sum(t["lines"] for t in totals.values())
     if unit in ("silver", "floor.silver"):
-        return sum(_table_rows(base, f"bronze.{s}") for s in ("events", "impressions", "clicks"))
+        return sum(log_stats(base, f"bronze.{s}")[0] for s in ("events", "impressions", "clicks"))
     if unit in ("gold", "floor.gold"):
-        return sum(_table_rows(base, t) for t in ("silver.events", "silver.ad_attribution"))
+        return sum(log_stats(base, t)[0] for t in ("silver.events", "silver.ad_attribution"))
     (flow,) = [f for f in FLOWS if f.name == unit]
-    return sum(_table_rows(base, i.table) for i in flow.inputs)
+    return sum(log_stats(base, i.table)[0] for i in flow.inputs)
 
 
 def _peak_state_rows(settings) -> int:
