@@ -70,7 +70,7 @@ test-all: setup check-java airflow-setup
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
-# the benchmark suite: 1,000,000 events, every layer and gold flow, median of 3 (about an hour)
+# the benchmark suite: 1,000,000 events, every layer and gold flow, median of 3 (about 80 min)
 bench: setup check-java
 	$(BIN)/python bench/run.py
 

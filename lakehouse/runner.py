@@ -457,7 +457,7 @@ def _wait(
 def _wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
     """Until ``query`` has initialized its sources. Each streaming Python data source (the
     embedded Delta source) starts a Python process in the driver that must connect back within
-    Spark's fixed 10 seconds; with many flows started at once (continuous mode: 14, gold: 7)
+    Spark's fixed 10 seconds; with many flows started at once (continuous mode: 12, gold: 7)
     on a small busy machine, some missed it. Started one after the other they seldom do, and a
     flow that still does is restarted (:data:`TRANSIENT_ERRORS`)."""
     deadline = time.monotonic() + timeout_s

@@ -96,7 +96,7 @@ class GoldSettings:
     state_ttl: str = "6 hours"
     session_max_pages: int = 50  # pages listed per gold.sessions_custom row, in order
     # gold.sessions_custom keys its state by bucket of users: fewer, larger state calls.
-    # About users / 40 is a good size; more buckets mean smaller state rewritten per batch
+    # About users / 150 is a good size (64 for 1,000,000 events); more buckets mean smaller state rewritten per batch
     session_buckets: int = 64
     # a table of open sessions (gold.custom_sessions.SEED_SCHEMA) the first run of
     # gold.sessions_custom starts from, e.g. when migrating from another job; "" = none
