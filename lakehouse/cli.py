@@ -165,6 +165,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{r.flow:28} {r.batches:>5} micro-batches {r.input_rows:>12,} input rows"
             f" {r.duplicates:>9,} duplicates dropped {r.late_rows:>7,} late rows dropped"
         )
+    if settings.trigger.mode != "continuous" and any(r.stopped for r in reports):
+        # a signal is how continuous mode ends, but an available-now run it cut short is not
+        # done: a scheduler must not take the next step
+        print(
+            "error: stopped before every flow was done; the next run goes on from the checkpoints",
+            file=sys.stderr,
+        )
+        return 130
     return 0
 
 

@@ -35,6 +35,9 @@ def _demo(spark, store, settings: Settings, events: int) -> int:
     else:
         gen.generate(spark, settings.root, gen.params_from_settings(settings, events=events))
     reports = {r.flow: r for r in run_layers(spark, settings, ["bronze", "silver", "gold"])}
+    if any(r.stopped for r in reports.values()):
+        print("stopped before the pipeline was done; `make demo` again goes on from there")
+        return 130
     totals = json.loads(manifest_path.read_text())["totals"]
     quarantine = store.read(QUARANTINE_TABLE)
     print()

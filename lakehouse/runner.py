@@ -12,6 +12,7 @@ import importlib
 import json
 import logging
 import re
+import signal
 import sys
 import threading
 import time
@@ -84,6 +85,7 @@ class FlowReport:
     error: str | None = None
     late_rows: int = 0  # dropped by a stateful operator for being behind the watermark
     duplicates: int = 0  # dropped by a deduplication operator
+    stopped: bool = False  # by SIGINT or SIGTERM, before it was done (available-now)
 
 
 def _progress_listener(spark: SparkSession, out: TextIO, recorder: ProgressRecorder):
@@ -270,16 +272,62 @@ def _first_line(exc: BaseException) -> str:
     return lines[0]
 
 
+POLL_S = 0.5  # how often a wait looks for a stop request
+
+
+class StopRequest:
+    """SIGINT (Ctrl-C) or SIGTERM (a scheduler, ``docker stop``) while flows run: the first
+    asks each flow to stop once the micro-batch it is in has committed, a second to stop at
+    once. The handler only counts; the waits look at the count, so no signal lands inside a
+    call to the JVM (PySpark's own SIGINT handler cancels every running Spark job from there)."""
+
+    def __init__(self) -> None:
+        self.signals = 0
+
+    @property
+    def requested(self) -> bool:
+        return self.signals > 0
+
+    @property
+    def at_once(self) -> bool:
+        return self.signals > 1
+
+    def handle(self, signum: int, frame) -> None:
+        self.signals += 1
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """A :class:`StopRequest` counting SIGINT and SIGTERM for the block (the handlers before it
+    come back after). Outside the main thread, where Python cannot set handlers, it counts
+    nothing and the signals act as before."""
+    request = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+    previous = {sig: signal.signal(sig, request.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield request
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run_flows(
     spark: SparkSession,
     settings: Settings,
     flows: Sequence[Flow],
     *,
     out: TextIO | None = None,
+    stop: StopRequest | None = None,
 ) -> list[FlowReport]:
     """Start ``flows`` together and wait: until they are done (available-now), or until one
     fails or the user interrupts (continuous). A failure stops the other flows and raises
-    :class:`FlowFailed` naming the flow."""
+    :class:`FlowFailed` naming the flow. SIGINT and SIGTERM stop the flows after their
+    current micro-batch (see :class:`StopRequest`; ``stop`` when the caller counts them)."""
+    if stop is None:
+        with stop_on_signals() as own:
+            return run_flows(spark, settings, flows, out=out, stop=own)
     out = out or sys.stderr
     store = table_store(spark, settings)
     listener = _progress_listener(spark, out, ProgressRecorder(settings))
@@ -311,6 +359,8 @@ def run_flows(
 
     try:
         for flow in flows:
+            if stop.requested:  # the flows not started yet stay so
+                break
             try:
                 queries[flow.name] = start_flow(spark, store, settings, flow)
             except Exception as exc:  # e.g. a missing input: in ops.runs, then raised
@@ -325,10 +375,20 @@ def run_flows(
             continuous=settings.trigger.mode == "continuous",
             endless=endless,
             restart=restart,
+            stop=stop,
         )
-    except KeyboardInterrupt:
+        if stop.requested:
+            run.interrupted = True
+            print(
+                "interrupted: stopping the flows after their current micro-batch "
+                "(again to stop at once)",
+                file=out,
+                flush=True,
+            )
+            _stop_between_batches(queries, stop)
+    except KeyboardInterrupt:  # outside the main thread no handler counts the signal
         run.interrupted = True
-        print("interrupted: stopping the flows after their current micro-batch", file=out)
+        print("interrupted: stopping the flows", file=out)
     finally:
         for query in queries.values():
             if query.isActive:
@@ -339,6 +399,8 @@ def run_flows(
             if not listener.wait_for(str(query.runId)):
                 log.warning("the progress of %s may not all be recorded yet", query.name)
         reports = _reports(settings, attempts, started)
+        for report in reports:
+            report.stopped = run.interrupted
         run.record(queries, reports)
     failed = [r for r in reports if r.error]
     if failed:
@@ -427,25 +489,30 @@ def _wait(
     continuous: bool,
     endless: set[str] = frozenset(),
     restart: Callable[[str], bool] = lambda name: False,
+    stop: StopRequest | None = None,
 ) -> None:
-    """Until the flows are done (available-now) or one of them ends (continuous). A flow whose
-    query failed is handed to ``restart``; one it started again is waited for again."""
+    """Until the flows are done (available-now) or one of them ends (continuous), or a stop is
+    requested. A flow whose query failed is handed to ``restart``; one it started again is
+    waited for again."""
+    stop = stop or StopRequest()
     if not continuous:
         # flows are independent: one failing does not cut the others' work short
         for name in queries:
-            while True:
+            while not stop.requested:
                 query = queries[name]
                 with contextlib.suppress(Exception):  # reported from query.exception()
                     if name in endless:
-                        _stop_when_caught_up(query)
+                        _stop_when_caught_up(query, stop)
                     else:
-                        query.awaitTermination()
-                if not restart(name):
+                        while not query.awaitTermination(POLL_S) and not stop.requested:
+                            pass
+                if stop.requested or not restart(name):
                     break
         return
-    while True:
-        with contextlib.suppress(Exception):  # reported from query.exception()
-            spark.streams.awaitAnyTermination()
+    while not stop.requested:
+        with contextlib.suppress(Exception):  # a failed flow: reported from query.exception()
+            if not spark.streams.awaitAnyTermination(POLL_S):
+                continue
         # reset first: a flow ending from here on wakes the next wait, one ended before is seen
         # below (a query of an earlier run in this session woke this one: wait again)
         spark.streams.resetTerminated()
@@ -484,14 +551,42 @@ def _caught_up(progress: dict | None) -> bool:
     )
 
 
-def _stop_when_caught_up(query: StreamingQuery, poll_s: float = 0.1) -> None:
+def _stop_when_caught_up(
+    query: StreamingQuery, stop: StopRequest | None = None, poll_s: float = 0.1
+) -> None:
     """Stop an available-now query that does not stop by itself once a micro-batch shows it
-    caught up (see :func:`_caught_up`). (``processAllAvailable`` never returns for such a
-    query: each no-data batch counts as progress.)"""
-    while query.isActive:
+    caught up (see :func:`_caught_up`), or return when a stop is requested.
+    (``processAllAvailable`` never returns for such a query: each no-data batch counts as
+    progress.)"""
+    while query.isActive and not (stop and stop.requested):
         if _caught_up(query.lastProgress):
             query.stop()
             return
+        time.sleep(poll_s)
+
+
+def _batch_id(query: StreamingQuery) -> int | None:
+    progress = query.lastProgress
+    return None if progress is None else progress["batchId"]
+
+
+def _stop_between_batches(
+    queries: dict[str, StreamingQuery], stop: StopRequest, poll_s: float = 0.1
+) -> None:
+    """Stop each active query once the micro-batch it was in when asked has committed: when
+    no trigger is active, or its last progress is of a later batch than then. A query whose
+    next micro-batch began meanwhile is stopped in that batch's first moments, which its
+    restart repeats from the checkpoint. All at once on a second signal."""
+    running = {name: _batch_id(query) for name, query in queries.items() if query.isActive}
+    while running and not stop.at_once:
+        for name in list(running):
+            query = queries[name]
+            with contextlib.suppress(Exception):  # a query that ended meanwhile
+                busy = query.isActive and query.status["isTriggerActive"]
+                if busy and _batch_id(query) == running[name]:
+                    continue
+                query.stop()
+            del running[name]
         time.sleep(poll_s)
 
 
@@ -502,9 +597,13 @@ def run_layers(
     starts; in continuous mode all of their flows run together."""
     ordered = [layer for layer in PIPELINE if layer in layers]
     flows = {layer: layer_flows(layer) for layer in ordered}
-    if settings.trigger.mode == "continuous":
-        return run_flows(spark, settings, [f for layer in ordered for f in flows[layer]], out=out)
-    reports: list[FlowReport] = []
-    for layer in ordered:
-        reports += run_flows(spark, settings, flows[layer], out=out)
-    return reports
+    with stop_on_signals() as stop:
+        if settings.trigger.mode == "continuous":
+            every = [f for layer in ordered for f in flows[layer]]
+            return run_flows(spark, settings, every, out=out, stop=stop)
+        reports: list[FlowReport] = []
+        for layer in ordered:
+            if stop.requested:  # the next layers would read what this one did not finish
+                break
+            reports += run_flows(spark, settings, flows[layer], out=out, stop=stop)
+        return reports
