@@ -147,7 +147,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from lakehouse.runner import declared_layers, layer_flows, run_layers
+    from lakehouse.runner import RunStopped, declared_layers, layer_flows, run_layers
 
     extra: dict[str, Any] = {}
     if args.trigger:
@@ -158,20 +158,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     layers = declared_layers() if args.layer == "all" else [args.layer]
     for layer in layers:
         layer_flows(layer)  # an unknown layer fails before Spark starts
+    stopped = None
     with spark_session(settings, f"lakehouse-{args.layer}") as spark:
-        reports = run_layers(spark, settings, layers)
+        try:
+            reports = run_layers(spark, settings, layers)
+        except RunStopped as exc:  # a signal is how continuous mode ends, not available-now
+            reports, stopped = exc.reports, exc
     for r in reports:
         print(
             f"{r.flow:28} {r.batches:>5} micro-batches {r.input_rows:>12,} input rows"
             f" {r.duplicates:>9,} duplicates dropped {r.late_rows:>7,} late rows dropped"
         )
-    if settings.trigger.mode != "continuous" and any(r.stopped for r in reports):
-        # a signal is how continuous mode ends, but an available-now run it cut short is not
-        # done: a scheduler must not take the next step
-        print(
-            "error: stopped before every flow was done; the next run goes on from the checkpoints",
-            file=sys.stderr,
-        )
+    if stopped:  # not done: a scheduler must not take the next step
+        print(f"error: {stopped}; the next run goes on from the checkpoints", file=sys.stderr)
         return 130
     return 0
 

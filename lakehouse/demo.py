@@ -10,6 +10,7 @@ table.
 from __future__ import annotations
 
 import json
+import sys
 
 from lakehouse.settings import Settings
 
@@ -27,16 +28,17 @@ def _demo(spark, store, settings: Settings, events: int) -> int:
 
     from bronze.sources import QUARANTINE_TABLE, SOURCES
     from lakehouse import generate as gen
-    from lakehouse.runner import run_layers
+    from lakehouse.runner import RunStopped, run_layers
 
     manifest_path = settings.landing_path() / gen.MANIFEST
     if manifest_path.exists():
         print(f"landing data found ({manifest_path}); not generating more")
     else:
         gen.generate(spark, settings.root, gen.params_from_settings(settings, events=events))
-    reports = {r.flow: r for r in run_layers(spark, settings, ["bronze", "silver", "gold"])}
-    if any(r.stopped for r in reports.values()):
-        print("stopped before the pipeline was done; `make demo` again goes on from there")
+    try:
+        reports = {r.flow: r for r in run_layers(spark, settings, ["bronze", "silver", "gold"])}
+    except RunStopped as exc:
+        print(f"error: {exc}; the next demo goes on from the checkpoints", file=sys.stderr)
         return 130
     totals = json.loads(manifest_path.read_text())["totals"]
     quarantine = store.read(QUARANTINE_TABLE)

@@ -49,6 +49,15 @@ class MissingInput(FileNotFoundError):
     """A flow's input (landing folder or table) does not exist."""
 
 
+class RunStopped(RuntimeError):
+    """SIGINT or SIGTERM cut an available-now run short: a flow was stopped before it was
+    done, or a flow or layer was not started. ``reports`` has the flows that ran."""
+
+    def __init__(self, reports: list[FlowReport]):
+        super().__init__("stopped before every flow was done")
+        self.reports = reports
+
+
 def layer_flows(layer: str) -> tuple[Flow, ...]:
     """The flows a layer declares (module ``<layer>.flows``, attribute ``FLOWS``)."""
     if layer not in PIPELINE:
@@ -85,7 +94,7 @@ class FlowReport:
     error: str | None = None
     late_rows: int = 0  # dropped by a stateful operator for being behind the watermark
     duplicates: int = 0  # dropped by a deduplication operator
-    stopped: bool = False  # by SIGINT or SIGTERM, before it was done (available-now)
+    stopped: bool = False  # by SIGINT or SIGTERM while it ran
 
 
 def _progress_listener(spark: SparkSession, out: TextIO, recorder: ProgressRecorder):
@@ -378,20 +387,21 @@ def run_flows(
             stop=stop,
         )
         if stop.requested:
-            run.interrupted = True
             print(
                 "interrupted: stopping the flows after their current micro-batch "
                 "(again to stop at once)",
                 file=out,
                 flush=True,
             )
-            _stop_between_batches(queries, stop)
+            run.stopped = _stop_between_batches(queries, stop)
     except KeyboardInterrupt:  # outside the main thread no handler counts the signal
-        run.interrupted = True
+        stop.signals += 1
         print("interrupted: stopping the flows", file=out)
     finally:
-        for query in queries.values():
+        for name, query in queries.items():
             if query.isActive:
+                if stop.requested:
+                    run.stopped.add(name)
                 query.stop()
         attempts = {name: [*earlier.get(name, []), query] for name, query in queries.items()}
         for query in (q for tries in attempts.values() for q in tries):
@@ -399,8 +409,15 @@ def run_flows(
             if not listener.wait_for(str(query.runId)):
                 log.warning("the progress of %s may not all be recorded yet", query.name)
         reports = _reports(settings, attempts, started)
-        for report in reports:
-            report.stopped = run.interrupted
+        for report in (r for r in reports if r.flow in run.stopped):
+            report.stopped = True
+            if report.error:  # the stop cut a micro-batch that had just begun: not a failure
+                print(
+                    f"flow {report.flow}: stopped in a micro-batch, which its next run repeats "
+                    f"({report.error})",
+                    file=out,
+                )
+                report.error = None
         run.record(queries, reports)
     failed = [r for r in reports if r.error]
     if failed:
@@ -415,7 +432,8 @@ class _RunBook:
         self.settings = settings
         self.run_id = str(uuid.uuid4())
         self.started_at = dt.datetime.now(dt.UTC)
-        self.interrupted = False
+        self.interrupted = False  # a flow failed to start: the others were stopped
+        self.stopped: set[str] = set()  # the flows a signal stopped while they ran
         self.rows: list[dict] = []
 
     def _row(self, flow: str, status: str, **values) -> dict:
@@ -435,7 +453,8 @@ class _RunBook:
 
     def record(self, queries: dict[str, StreamingQuery], reports: list[FlowReport]) -> None:
         for report in reports:
-            status = "failed" if report.error else "stopped" if self.interrupted else "succeeded"
+            cut = report.stopped or self.interrupted
+            status = "failed" if report.error else "stopped" if cut else "succeeded"
             self.rows.append(
                 self._row(
                     report.flow,
@@ -571,30 +590,37 @@ def _batch_id(query: StreamingQuery) -> int | None:
 
 
 def _stop_between_batches(
-    queries: dict[str, StreamingQuery], stop: StopRequest, poll_s: float = 0.1
-) -> None:
+    queries: dict[str, StreamingQuery], stop: StopRequest, poll_s: float = 0.05
+) -> set[str]:
     """Stop each active query once the micro-batch it was in when asked has committed: when
     no trigger is active, or its last progress is of a later batch than then. A query whose
     next micro-batch began meanwhile is stopped in that batch's first moments, which its
-    restart repeats from the checkpoint. All at once on a second signal."""
+    restart repeats from the checkpoint (Spark has no way to stop a query between two
+    micro-batches that follow each other at once). Returns the flows it stopped; one that
+    ended by itself meanwhile is not among them. The rest at once on a second signal."""
     running = {name: _batch_id(query) for name, query in queries.items() if query.isActive}
+    stopped: set[str] = set()
     while running and not stop.at_once:
         for name in list(running):
             query = queries[name]
             with contextlib.suppress(Exception):  # a query that ended meanwhile
-                busy = query.isActive and query.status["isTriggerActive"]
-                if busy and _batch_id(query) == running[name]:
-                    continue
-                query.stop()
+                if query.isActive:
+                    if query.status["isTriggerActive"] and _batch_id(query) == running[name]:
+                        continue
+                    stopped.add(name)
+                    query.stop()
             del running[name]
         time.sleep(poll_s)
+    return stopped
 
 
 def run_layers(
     spark: SparkSession, settings: Settings, layers: Sequence[str], *, out: TextIO | None = None
 ) -> list[FlowReport]:
     """Run layers in pipeline order. In available-now mode each layer finishes before the next
-    starts; in continuous mode all of their flows run together."""
+    starts; in continuous mode all of their flows run together. SIGINT or SIGTERM ends
+    continuous mode; in available-now mode it raises :class:`RunStopped` if it cut the run
+    short (the next layers would read what this one did not finish)."""
     ordered = [layer for layer in PIPELINE if layer in layers]
     flows = {layer: layer_flows(layer) for layer in ordered}
     with stop_on_signals() as stop:
@@ -603,7 +629,10 @@ def run_layers(
             return run_flows(spark, settings, every, out=out, stop=stop)
         reports: list[FlowReport] = []
         for layer in ordered:
-            if stop.requested:  # the next layers would read what this one did not finish
-                break
-            reports += run_flows(spark, settings, flows[layer], out=out, stop=stop)
+            if stop.requested:
+                raise RunStopped(reports)
+            done = run_flows(spark, settings, flows[layer], out=out, stop=stop)
+            reports += done
+            if any(r.stopped for r in done) or len(done) < len(flows[layer]):
+                raise RunStopped(reports)
         return reports

@@ -102,14 +102,37 @@ def build_session(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(settings.master)
-    for key, value in {**session_conf(settings), **(extra_conf or {})}.items():
-        builder = builder.config(key, value)
+    conf = {**session_conf(settings), **(extra_conf or {}), "spark.master": settings.master}
     if app_name:
-        builder = builder.appName(app_name)
+        conf["spark.app.name"] = app_name
+    _launch_jvm_apart(conf)
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.log_level)
     from lakehouse.storage.delta_source import DeltaLakeDataSource
 
     spark.dataSource.register(DeltaLakeDataSource)
     return spark
+
+
+def _launch_jvm_apart(conf: dict[str, str]) -> None:
+    """Start Spark's JVM in a session (process group) of its own. PySpark starts it in this
+    process's group, ignoring SIGINT in the JVM alone: the Python workers it forks turn SIGINT
+    back on, so Ctrl-C in a terminal failed the tasks running in them, and a SIGTERM to the
+    group (schedulers send it so) ended the JVM at once. Apart, only this process gets those
+    signals, and the runner stops the flows between micro-batches. The JVM still ends with this
+    process: it exits when its stdin, a pipe from here, closes. Nothing to do when the JVM runs
+    already: a session built before, or ``spark-submit``, where the JVM is the parent."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    spark_conf = SparkConf()
+    for key, value in conf.items():
+        spark_conf.set(key, value)
+    # what SparkContext does with no gateway yet, plus the session of its own
+    SparkContext._gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
+    SparkContext._jvm = SparkContext._gateway.jvm
