@@ -291,6 +291,40 @@ def test_crash_after_delta_commit_before_spark_commit_log(spark, store, settings
     assert data_files_on_disk(sink) == committed  # the replay's files were removed
 
 
+def test_first_batch_replayed_after_the_source_grew_reads_what_it_planned(
+    spark, store, settings, run_stream
+):
+    """A stream starts from the snapshot its first micro-batch planned. Crashed before that
+    batch committed and restarted once the source has a new version, the batch reads the same
+    snapshot again, and the new version comes next, once."""
+    append_versions(store, "bronze.g", [rows(0, 3)])
+    checkpoint = settings.checkpoint_path("silver", "g")
+    with pytest.raises(StreamingQueryException, match="failpoint before-commit"):
+        run_stream("bronze.g", "silver.g", checkpoint, options={"failpoint": "before-commit"})
+    append_versions(store, "bronze.g", [rows(3, 5)])
+    batches = run_stream("bronze.g", "silver.g", checkpoint)
+    assert [(p["batchId"], p["numInputRows"]) for p in batches] == [(0, 3), (1, 2)]
+    assertDataFrameEqual(store.read("silver.g"), spark.createDataFrame(rows(0, 5), KV))
+
+
+def test_first_batch_that_read_part_of_the_snapshot_replays_that_part(
+    spark, store, settings, run_stream
+):
+    """One file per micro-batch: the first batch reads the first file of the starting snapshot.
+    Crashed before its commit and restarted once the source has a new version, it reads that
+    file again; the snapshot's other file and the new version follow, each once."""
+    append_versions(store, "bronze.p", [rows(0, 3), rows(3, 5)])
+    checkpoint = settings.checkpoint_path("silver", "p")
+    with pytest.raises(StreamingQueryException, match="failpoint before-commit"):
+        run_stream(
+            "bronze.p", "silver.p", checkpoint, max_files=1, options={"failpoint": "before-commit"}
+        )
+    append_versions(store, "bronze.p", [rows(5, 6)])
+    batches = run_stream("bronze.p", "silver.p", checkpoint, max_files=1)
+    assert [(p["batchId"], p["numInputRows"]) for p in batches] == [(0, 3), (1, 2), (2, 1)]
+    assertDataFrameEqual(store.read("silver.p"), spark.createDataFrame(rows(0, 6), KV))
+
+
 def test_new_checkpoint_at_the_same_path_is_a_new_query(spark, store, settings, run_stream):
     append_versions(store, "bronze.re", [rows(0, 3), rows(3, 6)])
     checkpoint = settings.checkpoint_path("silver", "re")

@@ -368,7 +368,13 @@ class _Position:
 
 class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets are table versions: the snapshot the stream started from, then the files each
-    later version added. ``maxFilesPerTrigger`` bounds a micro-batch."""
+    later version added. ``maxFilesPerTrigger`` bounds a micro-batch.
+
+    Every offset also carries its stream's ``origin``, the position it started from. Spark
+    keeps no start offset for the first micro-batch: replaying that batch after a crash, it
+    asks :meth:`initialOffset` again, which by then may be a snapshot of a grown table. The
+    batch's logged end offset names the origin it was planned from, and the read starts there.
+    (Offsets written before origins were kept have none and are read as they say.)"""
 
     def __init__(self, root: str, label: str, table, schema: StructType, options):
         self.root = root
@@ -379,6 +385,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.skip_changes = _flag(options, "skipChangeCommits")
         self.target_version: int | None = None
         self._units: dict[tuple[int, bool], list[DataFile]] = {}
+        self._origin: dict | None = None  # of the offsets this reader was last asked about
 
     # -- offsets --
     def _files(self, version: int, snapshot: bool) -> list[DataFile]:
@@ -413,13 +420,17 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             pos = _Position(pos.version + 1, False, 0)
         return pos
 
+    def _offset(self, pos: _Position, origin: dict | None) -> dict:
+        return pos.offset() if origin is None else {**pos.offset(), "origin": origin}
+
     def initialOffset(self) -> dict:
         end_version = self._end_version()
         if self.starting_version is not None:
             start = _Position(self.starting_version, False, 0)
         else:
             start = _Position(end_version, True, 0)
-        return self._normalize(start, end_version).offset()
+        start = self._normalize(start, end_version)
+        return self._offset(start, start.offset())
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxFiles(self.max_files) if self.max_files else ReadAllAvailable()
@@ -438,13 +449,19 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             pos = _Position(pos.version, pos.snapshot, pos.index + int(n))
             taken += n
             pos = self._normalize(pos, end_version)
-        return pos.offset()
+        self._origin = start.get("origin")
+        return self._offset(pos, self._origin)
 
     def reportLatestOffset(self) -> dict | None:
-        return {"version": dfiles.latest_version(self.root) + 1, "snapshot": False, "index": 0}
+        latest = _Position(dfiles.latest_version(self.root) + 1, False, 0)
+        return self._offset(latest, self._origin)
 
     def files_between(self, start: dict, end: dict) -> list[DataFile]:
         a, b = _Position.of(start), _Position.of(end)
+        if "origin" in end and start.get("origin") != end["origin"]:
+            # the first micro-batch again, from a new initial offset: read from where it was
+            # planned to (see the class's docstring)
+            a = _Position.of(end["origin"])
         out: list[DataFile] = []
         pos = a
         while (pos.version, not pos.snapshot) < (b.version, not b.snapshot):
