@@ -2,11 +2,13 @@
 
 ``ops.stream_progress`` has one row per micro-batch and stateful operator of every flow: the
 runner's query listener hands each progress event to :class:`ProgressRecorder`. A micro-batch
-without stateful operators gets one row with a null operator. ``ops.runs`` has one row per flow
-and run (start, end, status, micro-batches, rows, error), written by :func:`record_runs` when
-a run ends, failed runs included. Both are appended with delta-rs from the driver (no Spark
-job, so recording never competes with the flows); a failure to record is logged, never raised
-into a flow.
+without stateful operators gets one row with a null operator. Spark reports a batch after it
+committed, so a job killed in between leaves a committed batch unrecorded; the runner finds such
+batches (:func:`recorded_batches`) and recounts them before the flow's next start.
+``ops.runs`` has one row per flow and run (start, end, status, micro-batches, rows, error),
+written by :func:`record_runs` when a run ends, failed runs included. Both are appended with
+delta-rs from the driver (no Spark job, so recording never competes with the flows); a failure
+to record is logged, never raised into a flow.
 """
 
 from __future__ import annotations
@@ -112,6 +114,18 @@ def append_rows(root: str, schema: pa.Schema, rows: list[dict[str, Any]], operat
         writer.abort()
         raise
     dfiles.commit_files(root, files, schema, operation=operation)
+
+
+def recorded_batches(settings: Settings) -> dict[str, set[int]]:
+    """The micro-batches ops.stream_progress holds, as batch ids per query id."""
+    path = settings.table_path(TABLE)
+    if not dfiles.is_delta_table(path):
+        return {}
+    rows = dfiles.open_table(path).to_pyarrow_table(columns=["query_id", "batch_id"]).to_pydict()
+    recorded: dict[str, set[int]] = {}
+    for query, batch in zip(rows["query_id"], rows["batch_id"], strict=True):
+        recorded.setdefault(query, set()).add(batch)
+    return recorded
 
 
 class ProgressRecorder:

@@ -12,6 +12,7 @@ import importlib
 import json
 import logging
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -22,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from lakehouse import checkpoints
 from lakehouse.flows import Flow, Input, LandingInput, TableInput
-from lakehouse.monitoring import ProgressRecorder, record_runs
+from lakehouse.monitoring import ProgressRecorder, record_runs, recorded_batches
 from lakehouse.settings import Settings, split_table_name
 from lakehouse.storage import table_store, trigger_kwargs
 
@@ -121,6 +123,8 @@ def _progress_listener(spark: SparkSession, out: TextIO, recorder: ProgressRecor
 
         def onQueryProgress(self, event):
             p = event.progress
+            if p.name and p.name.endswith(RECOUNT):  # recorded by the recount itself
+                return
             self.recorder.on_progress(p.json)
             if p.numInputRows:
                 print(
@@ -180,6 +184,24 @@ def read_input(
     raise TypeError(f"unknown flow input {source!r}")
 
 
+def flow_frame(
+    spark: SparkSession, store: TableStore, settings: Settings, flow: Flow, checkpoint: Path
+) -> DataFrame:
+    """The flow's streaming result over its inputs, for a query on ``checkpoint``: a checkpoint
+    with no committed micro-batch gets the flow's seed table as initial state."""
+    max_files = settings.trigger.max_files_per_trigger
+    frames = [read_input(spark, store, settings, source, max_files) for source in flow.inputs]
+    params = flow.params(settings) if flow.params else {}
+    seed = flow.seed_table(settings) if flow.seed_table else ""
+    if seed and not checkpoints.committed_batches(checkpoint):
+        if not store.exists(seed):
+            raise MissingInput(
+                f"flow {flow.name}: its seed table {seed} does not exist at {store.path(seed)}"
+            )
+        params["initial_state"] = store.read(seed)
+    return flow.transform(*frames, **params)
+
+
 def start_flow(
     spark: SparkSession, store: TableStore, settings: Settings, flow: Flow
 ) -> StreamingQuery:
@@ -187,18 +209,8 @@ def start_flow(
     for output in flow.outputs:
         if output.schema is not None:
             store.create(output.table, output.schema, output.partition_by)
-    max_files = settings.trigger.max_files_per_trigger
-    frames = [read_input(spark, store, settings, source, max_files) for source in flow.inputs]
-    params = flow.params(settings) if flow.params else {}
     checkpoint = settings.checkpoint_path(flow.layer, flow.flow)
-    seed = flow.seed_table(settings) if flow.seed_table else ""
-    if seed and not any((checkpoint / "commits").glob("[0-9]*")):
-        if not store.exists(seed):
-            raise MissingInput(
-                f"flow {flow.name}: its seed table {seed} does not exist at {store.path(seed)}"
-            )
-        params["initial_state"] = store.read(seed)
-    result = flow.transform(*frames, **params)
+    result = flow_frame(spark, store, settings, flow, checkpoint)
     trigger = trigger_kwargs(settings.trigger)
     if len(flow.outputs) == 1 and flow.outputs[0].rows is None:
         out = flow.outputs[0]
@@ -221,6 +233,118 @@ def start_flow(
         trigger=trigger,
         query_name=flow.name,
         before_write=flow.before_write,
+    )
+
+
+RECOUNT = " (recount)"  # the name of a query that replays a flow's batch: not recorded
+MAX_RECOUNT = 10  # per flow and start; a crash leaves one or two batches unrecorded
+
+
+def recount_unrecorded(
+    spark: SparkSession,
+    store: TableStore,
+    settings: Settings,
+    flow: Flow,
+    recorded: dict[str, set[int]],
+    out: TextIO,
+    stop: StopRequest | None = None,
+) -> list[int]:
+    """Record in ops.stream_progress the micro-batches of ``flow`` that its checkpoint committed
+    but that have no progress there (``recorded``): a job killed between the two. Each is run
+    again on a copy of the checkpoint into Spark's noop sink, which gives the same progress
+    (same offsets, same state before it: the same rows dropped); the tables are not touched.
+    Returns the batches recounted."""
+    checkpoint = settings.checkpoint_path(flow.layer, flow.flow)
+    query = checkpoints.query_id(checkpoint)
+    if query is None:
+        return []
+    lost = [
+        b for b in checkpoints.committed_batches(checkpoint) if b not in recorded.get(query, ())
+    ]
+    if len(lost) > MAX_RECOUNT:
+        print(
+            f"flow {flow.name}: {len(lost) - MAX_RECOUNT} micro-batches ({lost[0]} to "
+            f"{lost[-MAX_RECOUNT - 1]}) have no progress in ops.stream_progress and are not "
+            f"recounted (only the last {MAX_RECOUNT} are): their drops stay missing from the "
+            "books",
+            file=out,
+            flush=True,
+        )
+    recorder = ProgressRecorder(settings)
+    done = []
+    for batch in lost[-MAX_RECOUNT:]:
+        if stop is not None and stop.requested:
+            break
+        try:
+            progress = _replay(spark, store, settings, flow, batch, stop)
+            recorder.record({**progress, "name": flow.name})
+        except Exception as exc:  # the flow itself still runs: its books stay short
+            print(
+                f"flow {flow.name}: could not recount micro-batch {batch} ({exc}); its drops "
+                "stay missing from ops.stream_progress",
+                file=out,
+                flush=True,
+            )
+            continue
+        done.append(batch)
+        late, duplicates = _drops([progress])
+        print(
+            f"flow {flow.name}: micro-batch {batch} committed, but its job stopped before "
+            f"recording its progress; recounted: {progress['numInputRows']:,} input rows, "
+            f"late rows dropped {late:,}, duplicates dropped {duplicates:,}",
+            file=out,
+            flush=True,
+        )
+    return done
+
+
+def _replay(
+    spark: SparkSession,
+    store: TableStore,
+    settings: Settings,
+    flow: Flow,
+    batch: int,
+    stop: StopRequest | None,
+) -> dict:
+    """The progress (``StreamingQueryProgress.json`` as a dict) of committed micro-batch
+    ``batch`` of ``flow``, run again on a copy of its checkpoint into the noop sink (removed
+    after)."""
+    checkpoint = settings.checkpoint_path(flow.layer, flow.flow)
+    copy = settings.root / "checkpoints" / "_recount" / f"{flow.name}-{batch}"
+    try:
+        checkpoints.copy_with_batch_pending(checkpoint, batch, copy)
+        replay = (
+            flow_frame(spark, store, settings, flow, copy)
+            .writeStream.format("noop")
+            .outputMode(flow.output_mode)
+            .option("checkpointLocation", str(copy.absolute()))
+            .queryName(flow.name + RECOUNT)
+            .trigger(once=True)  # a restart with a batch pending runs that batch alone
+            .start()
+        )
+        while not replay.awaitTermination(POLL_S):
+            if stop is not None and stop.at_once:
+                replay.stop()
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the last copy
+            copy.parent.rmdir()
+    if replay.exception() is not None:
+        raise FlowFailed(_first_line(replay.exception()))
+    progress = [p for p in replay.recentProgress if p["batchId"] == batch]
+    if not progress:
+        raise FlowFailed(f"the replay ran no micro-batch {batch}")
+    return json.loads(progress[-1].json)
+
+
+def _drops(progress: list[dict]) -> tuple[int, int]:
+    """(late rows, duplicates) the stateful operators dropped over micro-batches' progress."""
+    operators = [op for p in progress for op in (p["stateOperators"] or [])]
+    return (
+        sum(op.get("numRowsDroppedByWatermark") or 0 for op in operators),
+        sum(
+            (op.get("customMetrics") or {}).get("numDroppedDuplicateRows") or 0 for op in operators
+        ),
     )
 
 
@@ -367,10 +491,17 @@ def run_flows(
         return True
 
     try:
+        recorded = recorded_batches(settings)
+    except Exception as exc:  # monitoring must never stop a flow: nothing is recounted
+        log.warning("could not read ops.stream_progress, no batch is recounted: %s", exc)
+        recorded = None
+    try:
         for flow in flows:
             if stop.requested:  # the flows not started yet stay so
                 break
             try:
+                if recorded is not None:
+                    recount_unrecorded(spark, store, settings, flow, recorded, out, stop)
                 queries[flow.name] = start_flow(spark, store, settings, flow)
             except Exception as exc:  # e.g. a missing input: in ops.runs, then raised
                 run.failed_to_start(flow.name, exc)
@@ -480,17 +611,14 @@ def _reports(
         query = tries[-1]
         progress = [p for attempt in tries for p in attempt.recentProgress]
         batches = [p for p in progress if p["numInputRows"]]
-        operators = [op for p in progress for op in (p["stateOperators"] or [])]
+        late, duplicates = _drops(progress)
         report = FlowReport(
             name,
             len(batches),
             sum(p["numInputRows"] for p in batches),
             time.monotonic() - started,
-            late_rows=sum(op.get("numRowsDroppedByWatermark") or 0 for op in operators),
-            duplicates=sum(
-                (op.get("customMetrics") or {}).get("numDroppedDuplicateRows") or 0
-                for op in operators
-            ),
+            late_rows=late,
+            duplicates=duplicates,
         )
         error = query.exception()
         if error is not None:

@@ -17,6 +17,7 @@ from lakehouse import generate as gen
 from lakehouse.progress import Progress
 from lakehouse.quality import Rule, RuleError, enforce_fail_rules, load_rules
 from lakehouse.runner import FlowFailed, layer_flows, run_flows, run_layers
+from lakehouse.storage.deltafiles import latest_version, open_table
 from silver import events
 from silver.flows import FLOWS
 
@@ -109,6 +110,61 @@ def test_duplicates_within_the_watermark_are_dropped_and_state_expires(spark, se
     last = max(progress, key=lambda r: r.batch_id)
     assert last.watermark == dt.datetime(2026, 1, 5, 10, 15)  # 10:25 minus 10 minutes
     assert sum(r.input_rows for r in progress) == 2 * 9  # both branches read each row
+
+
+def test_a_batch_committed_but_not_recorded_is_recounted_at_the_next_start(spark, settings, store):
+    """A job killed after a micro-batch committed but before its progress reached
+    ops.stream_progress leaves the books short of that batch's drops. The next start replays
+    each such batch on a copy of the checkpoint and records the same figures; the table is not
+    written again."""
+    _append_versions(
+        spark,
+        store,
+        [
+            [_bronze_row("e1", 0), _bronze_row("e2", 5)],
+            [_bronze_row("e1", 0), _bronze_row("e3", 8)],  # a duplicate
+            [_bronze_row("e5", 25)],  # watermark -> 10:15
+            [_bronze_row("e6", 21)],  # the first batch to run with it
+            [_bronze_row("e8", 0), _bronze_row("e7", 22)],  # e8 late
+        ],
+    )
+    _silver(spark, settings)
+    columns = ["batch_id", "input_rows", "operator", "state_rows", "watermark"]
+    columns += ["rows_dropped_by_watermark", "duplicates_dropped"]
+
+    def recorded():
+        progress = store.read("ops.stream_progress").where("flow = 'silver.events'")
+        return sorted(tuple(r) for r in progress.select(*columns).collect())
+
+    before = recorded()
+    last = before[-1][0]
+    assert [(r[0], r[5], r[6]) for r in before if r[5] or r[6]] == [(1, 0, 1), (4, 1, 0)]
+    # what a kill leaves: the batch with the duplicate, the one with the late row and the
+    # last one committed (checkpoint and table), their progress never recorded
+    lost = sorted({1, 4, last})
+    path = settings.table_path("ops.stream_progress")
+    open_table(path).delete(f"flow = 'silver.events' AND batch_id IN ({', '.join(map(str, lost))})")
+    assert [r[0] for r in recorded()] == [b for b in range(last + 1) if b not in lost]
+    silver_version = latest_version(settings.table_path("silver.events"))
+
+    out = io.StringIO()
+    (report,) = run_flows(spark, settings, [EVENTS_FLOW], out=out)
+    assert report.batches == 0  # nothing new to read
+    by_batch = {r[0]: r for r in before}
+    assert [line for line in out.getvalue().splitlines() if "recount" in line] == [
+        f"flow silver.events: micro-batch {b} committed, but its job stopped before recording "
+        f"its progress; recounted: {by_batch[b][1]} input rows, late rows dropped "
+        f"{by_batch[b][5]}, duplicates dropped {by_batch[b][6]}"
+        for b in lost
+    ]
+    after = recorded()
+    assert [r for r in after if r[0] <= last] == before
+    assert latest_version(settings.table_path("silver.events")) == silver_version
+    assert not (settings.root / "checkpoints" / "_recount").exists()
+    # a start with nothing lost recounts nothing
+    out = io.StringIO()
+    run_flows(spark, settings, [EVENTS_FLOW], out=out)
+    assert "recount" not in out.getvalue()
 
 
 def test_drop_rules_send_rows_to_quarantine_with_their_names(spark, settings, store):

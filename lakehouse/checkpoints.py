@@ -1,0 +1,60 @@
+"""What a streaming checkpoint's files say of its query, read without Spark: its id and the
+micro-batches it committed, and a copy of it in which one committed batch is pending again.
+
+Spark's layout (``checkpoints/<layer>/<flow>/``): ``metadata`` holds the query id (the same
+for every run on the checkpoint), ``offsets/<n>`` what batch ``n`` reads, ``commits/<n>`` that
+it finished (written after its sink committed), ``state/`` the stateful operators' versions
+and ``sources/`` the file sources' logs. Files named ``.<n>.crc`` are Hadoop's checksums.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+
+def query_id(checkpoint: Path) -> str | None:
+    """The id of the query that runs on ``checkpoint``; None before its first start."""
+    try:
+        return json.loads((checkpoint / "metadata").read_text())["id"]
+    except FileNotFoundError:
+        return None
+
+
+def _batch_files(folder: Path) -> dict[int, list[Path]]:
+    """The log files of ``folder`` (``offsets`` or ``commits``) by batch id, checksums with
+    their batch."""
+    files: dict[int, list[Path]] = {}
+    if folder.is_dir():
+        for path in folder.iterdir():
+            name = path.name
+            if name.startswith(".") and name.endswith(".crc"):
+                name = name[1:-4]
+            if name.isdigit():
+                files.setdefault(int(name), []).append(path)
+    return files
+
+
+def committed_batches(checkpoint: Path) -> list[int]:
+    """The ids of the micro-batches the checkpoint's commit log still holds (Spark keeps the
+    last ``min_batches_to_retain``), ascending."""
+    return sorted(_batch_files(checkpoint / "commits"))
+
+
+def copy_with_batch_pending(checkpoint: Path, batch: int, target: Path) -> None:
+    """Copy ``checkpoint`` to ``target`` and drop the copy's log from ``batch`` on: its offsets
+    after ``batch`` and its commits from ``batch`` on. A query started on the copy then runs
+    ``batch`` again, with the offsets it had and the state as it was before it. The state of
+    later versions stays in the copy: a stateful operator loads the version it asks for."""
+    if not (checkpoint / "offsets" / str(batch)).is_file():
+        raise FileNotFoundError(
+            f"micro-batch {batch} is no longer in the offset log of {checkpoint}"
+        )
+    shutil.rmtree(target, ignore_errors=True)  # a copy left by a job killed while it replayed
+    shutil.copytree(checkpoint, target)
+    for folder, keep in (("offsets", lambda n: n <= batch), ("commits", lambda n: n < batch)):
+        for n, paths in _batch_files(target / folder).items():
+            if not keep(n):
+                for path in paths:
+                    path.unlink()
