@@ -116,12 +116,15 @@ def append_rows(root: str, schema: pa.Schema, rows: list[dict[str, Any]], operat
     dfiles.commit_files(root, files, schema, operation=operation)
 
 
-def recorded_batches(settings: Settings) -> dict[str, set[int]]:
-    """The micro-batches ops.stream_progress holds, as batch ids per query id."""
+def recorded_batches(settings: Settings, since: dict[str, int]) -> dict[str, set[int]]:
+    """The micro-batches ops.stream_progress holds of the queries in ``since`` (query id: first
+    batch id of interest), as batch ids per query id. Only the files whose statistics can hold
+    such rows are read: the table gets a file per micro-batch until maintenance compacts it."""
     path = settings.table_path(TABLE)
-    if not dfiles.is_delta_table(path):
+    if not since or not dfiles.is_delta_table(path):
         return {}
-    rows = dfiles.open_table(path).to_pyarrow_table(columns=["query_id", "batch_id"]).to_pydict()
+    predicate = " OR ".join(f"(query_id = '{q}' AND batch_id >= {b:d})" for q, b in since.items())
+    rows = dfiles.read_arrow(path, ["query_id", "batch_id"], files_where=predicate).to_pydict()
     recorded: dict[str, set[int]] = {}
     for query, batch in zip(rows["query_id"], rows["batch_id"], strict=True):
         recorded.setdefault(query, set()).add(batch)

@@ -491,7 +491,13 @@ def run_flows(
         return True
 
     try:
-        recorded = recorded_batches(settings)
+        since = {}
+        for flow in flows:
+            checkpoint = settings.checkpoint_path(flow.layer, flow.flow)
+            committed = checkpoints.committed_batches(checkpoint)
+            if committed:
+                since[checkpoints.query_id(checkpoint)] = committed[0]
+        recorded = recorded_batches(settings, since)
     except Exception as exc:  # monitoring must never stop a flow: nothing is recounted
         log.warning("could not read ops.stream_progress, no batch is recounted: %s", exc)
         recorded = None

@@ -29,7 +29,7 @@ def read_table(settings: Settings, name: str) -> pd.DataFrame:
     path = settings.table_path(name)
     if not dfiles.is_delta_table(path):
         return pd.DataFrame()
-    return dfiles.open_table(path).to_pandas()
+    return dfiles.read_arrow(path).to_pandas()
 
 
 def last_runs(runs: pd.DataFrame) -> pd.DataFrame:
