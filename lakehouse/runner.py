@@ -240,6 +240,22 @@ RECOUNT = " (recount)"  # the name of a query that replays a flow's batch: not r
 MAX_RECOUNT = 10  # per flow and start; a crash leaves one or two batches unrecorded
 
 
+def _recorded(settings: Settings, flows: Sequence[Flow]) -> dict[str, set[int]] | None:
+    """The batches ops.stream_progress holds of what the flows' checkpoints still log (see
+    :func:`recorded_batches`); None when it cannot be read (then nothing is recounted)."""
+    since = {}
+    try:
+        for flow in flows:
+            checkpoint = settings.checkpoint_path(flow.layer, flow.flow)
+            committed = checkpoints.committed_batches(checkpoint)
+            if committed:
+                since[checkpoints.query_id(checkpoint)] = committed[0]
+        return recorded_batches(settings, since)
+    except Exception as exc:  # monitoring must never stop a flow
+        log.warning("could not read ops.stream_progress, no batch is recounted: %s", exc)
+        return None
+
+
 def recount_unrecorded(
     spark: SparkSession,
     store: TableStore,
@@ -490,17 +506,7 @@ def run_flows(
         _wait_initialized(query)
         return True
 
-    try:
-        since = {}
-        for flow in flows:
-            checkpoint = settings.checkpoint_path(flow.layer, flow.flow)
-            committed = checkpoints.committed_batches(checkpoint)
-            if committed:
-                since[checkpoints.query_id(checkpoint)] = committed[0]
-        recorded = recorded_batches(settings, since)
-    except Exception as exc:  # monitoring must never stop a flow: nothing is recounted
-        log.warning("could not read ops.stream_progress, no batch is recounted: %s", exc)
-        recorded = None
+    recorded = _recorded(settings, flows)
     try:
         for flow in flows:
             if stop.requested:  # the flows not started yet stay so
