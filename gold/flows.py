@@ -12,7 +12,7 @@ FLOWS = (
         inputs=(TableInput("silver.events"),),
         transform=sessions.sessions,
         params=lambda settings: {"watermark": settings.watermarks.events},
-        outputs=(Output(sessions.TABLE, schema=sessions.SCHEMA),),
+        outputs=(Output(sessions.TABLE, schema=sessions.SCHEMA, zorder_by=("user_id",)),),
     ),
     Flow(
         name="gold.user_activity_5m",
@@ -22,7 +22,13 @@ FLOWS = (
         params=lambda settings: {"watermark": settings.watermarks.events},
         output_mode="update",
         keys=activity.FIVE_MINUTE_KEYS,
-        outputs=(Output(activity.FIVE_MINUTE_TABLE, schema=activity.FIVE_MINUTE_SCHEMA),),
+        outputs=(
+            Output(
+                activity.FIVE_MINUTE_TABLE,
+                schema=activity.FIVE_MINUTE_SCHEMA,
+                zorder_by=("user_id",),
+            ),
+        ),
     ),
     Flow(
         name="gold.user_activity_hourly",
@@ -30,7 +36,9 @@ FLOWS = (
         inputs=(TableInput("silver.events"),),
         transform=activity.hourly_activity,
         params=lambda settings: {"watermark": settings.watermarks.events},
-        outputs=(Output(activity.HOURLY_TABLE, schema=activity.HOURLY_SCHEMA),),
+        outputs=(
+            Output(activity.HOURLY_TABLE, schema=activity.HOURLY_SCHEMA, zorder_by=("user_id",)),
+        ),
     ),
     Flow(
         name="gold.sessions_custom",
@@ -49,6 +57,7 @@ FLOWS = (
                 custom_sessions.TABLE,
                 rows=custom_sessions.session_rows,
                 schema=custom_sessions.SCHEMA,
+                zorder_by=("user_id",),
             ),
             Output(
                 custom_sessions.STATS_TABLE,
@@ -63,7 +72,7 @@ FLOWS = (
         inputs=(TableInput("silver.ad_attribution"),),
         transform=ads.ad_performance,
         params=lambda settings: {"watermark": settings.watermarks.attribution},
-        outputs=(Output(ads.TABLE, schema=ads.SCHEMA),),
+        outputs=(Output(ads.TABLE, schema=ads.SCHEMA, zorder_by=("ad_id",)),),
     ),
     Flow(
         name="gold.purchase_alerts",
@@ -74,7 +83,7 @@ FLOWS = (
             "ttl": settings.gold.state_ttl,
             "lateness": settings.watermarks.events,
         },
-        outputs=(Output(alerts.TABLE, schema=alerts.SCHEMA),),
+        outputs=(Output(alerts.TABLE, schema=alerts.SCHEMA, zorder_by=("user_id",)),),
         stops_itself=False,  # ProcessingTime mode (TTL): endless no-data micro-batches
     ),
     Flow(
@@ -84,6 +93,6 @@ FLOWS = (
         inputs=(TableInput("silver.events"),),
         transform=spans.activity_spans,
         params=lambda settings: {"watermark": settings.watermarks.events},
-        outputs=(Output(spans.TABLE, schema=spans.SCHEMA),),
+        outputs=(Output(spans.TABLE, schema=spans.SCHEMA, zorder_by=("user_id",)),),
     ),
 )

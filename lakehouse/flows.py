@@ -70,6 +70,9 @@ class Output:
     rows: Callable[[DataFrame], DataFrame] | None = None
     schema: StructType | None = None
     partition_by: tuple[str, ...] = ()
+    # columns `lakehouse maintain` Z-orders the table's files by on the native backend (what
+    # BI queries filter on), so file statistics let a reader skip most files
+    zorder_by: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,11 @@
 """``lakehouse maintain``: compact small files, checkpoint the log, vacuum old files.
 
-Safe beside running streams: compaction commits with ``dataChange=false`` (stream readers skip
-it), and vacuum only deletes files unreferenced for longer than the retention, far longer than a
-micro-batch between writing its files and committing them.
+On the native backend through delta-spark (``OPTIMIZE``, Z-ordered by the columns a table
+declares in ``Output.zorder_by``; a log checkpoint; ``VACUUM``), on the embedded one through
+delta-rs. Safe beside running streams: compaction commits with ``dataChange=false`` (stream
+readers skip it) and does not conflict with appends, and vacuum only deletes files unreferenced
+for longer than the retention, far longer than a micro-batch between writing its files and
+committing them.
 """
 
 from __future__ import annotations
@@ -12,9 +15,13 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lakehouse.settings import LAYERS, Settings
 from lakehouse.storage import deltafiles as dfiles
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,81 @@ def _remove_empty_folders(root: Path) -> None:
                 os.rmdir(folder)
 
 
-def maintain(settings: Settings, tables: list[str] | None = None) -> list[MaintenanceReport]:
+def zorder_columns() -> dict[str, tuple[str, ...]]:
+    """Per table, the columns its declaration asks maintenance to Z-order its files by."""
+    from lakehouse.runner import declared_layers, layer_flows
+
+    return {
+        o.table: o.zorder_by
+        for layer in declared_layers()
+        for flow in layer_flows(layer)
+        for o in flow.outputs
+        if o.zorder_by
+    }
+
+
+def maintain_native(
+    spark: SparkSession, name: str, path: Path, settings: Settings, zorder_by: tuple[str, ...]
+) -> MaintenanceReport:
+    """OPTIMIZE (Z-ORDER BY ``zorder_by`` when given), a log checkpoint and VACUUM, with
+    delta-spark."""
+    from delta.tables import DeltaTable
+
+    before_version = dfiles.latest_version(path)
+    before_files = len(dfiles.open_table(path).file_uris())
+    table = DeltaTable.forPath(spark, str(path))
+    target = settings.maintenance.target_file_size_mb * 1024 * 1024
+    spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(target))
+    optimize = table.optimize()
+    result = optimize.executeZOrderBy(*zorder_by) if zorder_by else optimize.executeCompaction()
+    metrics = result.collect()[0].metrics
+    compacted = metrics.numFilesRemoved if metrics.numFilesAdded else 0
+    _checkpoint(spark, path)
+    retention = settings.maintenance.vacuum_retention_hours
+    # a retention under delta's 7-day floor is an explicit choice in the settings; without
+    # the second conf delta-spark 4.4 ignores a retention other than 0 and uses the table's
+    spark.conf.set(
+        "spark.databricks.delta.retentionDurationCheck.enabled", str(retention >= 168).lower()
+    )
+    spark.conf.set("spark.databricks.delta.vacuum.retentionWindowIgnore.enabled", "false")
+    on_disk = _data_files_on_disk(path)
+    table.vacuum(float(retention))  # FULL: also files no commit ever referenced
+    _remove_empty_folders(path)
+    return MaintenanceReport(
+        table=name,
+        version_before=before_version,
+        version_after=dfiles.latest_version(path),
+        files_before=before_files,
+        files_after=len(dfiles.open_table(path).file_uris()),
+        files_compacted=int(compacted),
+        files_vacuumed=len(on_disk - _data_files_on_disk(path)),
+    )
+
+
+def _checkpoint(spark: SparkSession, path: Path) -> None:
+    """Write a Delta log checkpoint of the table's latest version (delta-spark has no public
+    API for it; it checkpoints every 10 commits by itself). Scala's default arguments do not
+    exist through py4j: every one is passed."""
+    jvm = spark._jvm
+    none = jvm.scala.Option.empty()
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))
+    log.checkpoint(log.update(False, none, none), none)
+
+
+def _data_files_on_disk(root: Path) -> set[str]:
+    return {
+        os.path.join(folder, f)
+        for folder, _dirs, files in os.walk(root)
+        if "_delta_log" not in Path(folder).parts
+        for f in files
+        if f.endswith(".parquet")
+    }
+
+
+def maintain(
+    settings: Settings, tables: list[str] | None = None, spark: SparkSession | None = None
+) -> list[MaintenanceReport]:
+    """Maintain every table of the lake (or ``tables``). The native backend needs ``spark``."""
     found = dict(lake_tables(settings))
     if tables:
         missing = [t for t in tables if t not in found]
@@ -88,4 +169,12 @@ def maintain(settings: Settings, tables: list[str] | None = None) -> list[Mainte
                 f"found: {', '.join(found) or 'none'}"
             )
         found = {t: found[t] for t in tables}
+    if settings.backend == "native":
+        if spark is None:
+            raise ValueError("maintenance on the native backend needs a Spark session")
+        zorder = zorder_columns()
+        return [
+            maintain_native(spark, name, path, settings, zorder.get(name, ()))
+            for name, path in found.items()
+        ]
     return [maintain_table(name, path, settings) for name, path in found.items()]

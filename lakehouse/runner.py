@@ -693,21 +693,28 @@ def _wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
         time.sleep(0.1)
 
 
-def _caught_up(progress: dict | None) -> bool:
+def _caught_up(progress: dict | None, first_batch: int | None = None) -> bool:
     """Whether a micro-batch's progress shows every available row read and committed: it read
     no rows and each source's end offset is its latest one. (A batch can read no rows while
-    data waits: the no-data batch a restarted query may run first, or an empty file.)"""
+    data waits: the no-data batch a restarted query may run first, or an empty file.)
+
+    delta-spark's source reports no latest offset: for it a no-data batch (same start and end
+    offsets; Spark plans one only when no source has new data) after ``first_batch``, the
+    first batch of this run of the query, shows it caught up."""
     if progress is None or progress["numInputRows"]:
         return False
 
     def offset(value):
         return json.loads(value) if isinstance(value, str) else value
 
-    return all(
-        source.get("latestOffset") is None
-        or offset(source["endOffset"]) == offset(source["latestOffset"])
-        for source in progress["sources"]
-    )
+    def done(source: dict) -> bool:
+        end, latest = offset(source["endOffset"]), offset(source.get("latestOffset"))
+        if latest is not None:
+            return end == latest
+        later = first_batch is not None and progress["batchId"] > first_batch
+        return later and offset(source.get("startOffset")) == end
+
+    return all(done(source) for source in progress["sources"])
 
 
 def _stop_when_caught_up(
@@ -717,8 +724,12 @@ def _stop_when_caught_up(
     caught up (see :func:`_caught_up`), or return when a stop is requested.
     (``processAllAvailable`` never returns for such a query: each no-data batch counts as
     progress.)"""
+    first_batch = None
     while query.isActive and not (stop and stop.requested):
-        if _caught_up(query.lastProgress):
+        progress = query.lastProgress
+        if first_batch is None and progress is not None:
+            first_batch = progress["batchId"]
+        if _caught_up(progress, first_batch):
             query.stop()
             return
         time.sleep(poll_s)

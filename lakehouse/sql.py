@@ -52,17 +52,20 @@ def _table_source(name: str, path: str) -> type:
 
 def register_tables(spark: SparkSession, settings: Settings) -> list[str]:
     """Register every table of the lake as ``layer.table``; the names registered."""
+    native = None
+    if settings.backend == "native":
+        from lakehouse.storage import NativeStore
+
+        native = NativeStore(spark, settings)
     names = []
     for name, path in lake_tables(settings):
-        layer, table = name.split(".")
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS `{layer}`")
-        spark.sql(f"DROP TABLE IF EXISTS `{layer}`.`{table}`")
-        location = str(path.absolute())
-        if settings.backend == "native":
-            quoted = location.replace("'", "\\'")
-            spark.sql(f"CREATE TABLE `{layer}`.`{table}` USING delta LOCATION '{quoted}'")
+        if native is not None:
+            native.register(name)
         else:
-            source = _table_source(name, location)
+            layer, table = name.split(".")
+            spark.sql(f"CREATE DATABASE IF NOT EXISTS `{layer}`")
+            spark.sql(f"DROP TABLE IF EXISTS `{layer}`.`{table}`")
+            source = _table_source(name, str(path.absolute()))
             spark.dataSource.register(source)
             spark.sql(f"CREATE TABLE `{layer}`.`{table}` USING {source.name()}")
         names.append(name)

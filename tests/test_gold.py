@@ -403,9 +403,10 @@ def test_an_endless_query_is_stopped_only_once_every_available_row_is_read():
     batch a restarted query may run first, nor after a batch that read an empty file."""
     from lakehouse.runner import _caught_up
 
-    def progress(rows, start, end, latest):
+    def progress(rows, start, end, latest, batch=7):
         offset = '{{"version": {}, "snapshot": false, "index": 0}}'.format
         return {
+            "batchId": batch,
             "numInputRows": rows,
             "sources": [
                 {"startOffset": offset(start), "endOffset": offset(end), "latestOffset": latest}
@@ -417,4 +418,9 @@ def test_an_endless_query_is_stopped_only_once_every_available_row_is_read():
     assert not _caught_up(progress(0, 4, 5, '{"version": 9, "snapshot": false, "index": 0}'))
     assert not _caught_up(progress(12, 4, 9, '{"version": 9, "snapshot": false, "index": 0}'))
     assert _caught_up(progress(0, 9, 9, '{"version": 9, "snapshot": false, "index": 0}'))
-    assert _caught_up(progress(0, 9, 9, None))  # a source that reports no latest offset
+    # delta-spark's source reports no latest offset (as the string "null"): a no-data batch
+    # shows it caught up, but not the first one of the run (a restarted query's)
+    assert not _caught_up(progress(0, 4, 4, "null", batch=7), first_batch=7)
+    assert not _caught_up(progress(0, 4, 5, "null", batch=8), first_batch=7)
+    assert _caught_up(progress(0, 5, 5, "null", batch=8), first_batch=7)
+    assert _caught_up(progress(0, 9, 9, None, batch=8), first_batch=7)

@@ -12,6 +12,7 @@ import logging
 import os
 import time
 from abc import ABC, abstractmethod
+from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from pathlib import Path
@@ -142,13 +143,22 @@ class TableStore(ABC):
             keys = list(keys)
             app_ids: list[str] = []  # read once the query has written its id
 
+            steps = BATCH_STEPS[query_name or _query_name(checkpoint)]
+
             def upsert(batch: DataFrame, batch_id: int) -> None:
                 if not app_ids:
                     app_ids.append(dfiles.app_id_for_checkpoint(checkpoint))
+                clock = _Clock()
                 self.upsert(batch, name, keys, app_ids[0], batch_id)
+                clock.lap("write")
+                steps.append({"batch_id": batch_id, **clock.laps})
 
             return writer.foreachBatch(upsert).start()
+        self._before_sink(df, name, options or {})
         return self._start_sink(writer, name)
+
+    def _before_sink(self, df: DataFrame, name: str, options: dict[str, str]) -> None:  # noqa: B027
+        """Hook: prepare table ``name`` before a streaming sink starts writing it."""
 
     def write_stream_routed(
         self,
@@ -169,26 +179,36 @@ class TableStore(ABC):
         for name, _rows, _partition_by in routes:
             split_table_name(name)
         app_ids: list[str] = []
+        steps = BATCH_STEPS[query_name or _query_name(checkpoint)]
 
         def write_batch(batch: DataFrame, batch_id: int) -> None:
             if not app_ids:
                 app_ids.append(dfiles.app_id_for_checkpoint(checkpoint))
             batch = batch.persist()  # each table's rows come from one evaluation of the batch
             side = {}
+            clock = _Clock()
             try:
-                if before_write:  # computed once, before anything (maybe in parallel) reads it
-                    batch.count()
+                # computed once, in full, before anything (maybe in parallel) reads it: a
+                # replayed batch that every table skips must still run its stateful operators
+                # (Spark 4.2 fails a foreachBatch whose state stores did not all commit)
+                batch.count()
+                clock.lap("compute")
                 side = (before_write(batch, batch_id) if before_write else None) or {}
+                clock.lap("before_write")
                 for name, rows, partition_by in routes:
                     self.write(
                         rows(batch), name, partition_by=partition_by, txn=(app_ids[0], batch_id)
                     )
                     failpoint(f"after-write:{name}")
+                clock.lap("write")
                 for name, rows_df in side.items():
                     if isinstance(rows_df, Future):
                         rows_df = rows_df.result()
+                        clock.lap("wait_side")
                     if rows_df is not None:
                         self.write(rows_df, name, txn=(app_ids[0], batch_id))
+                clock.lap("write_side")
+                steps.append({"batch_id": batch_id, **clock.laps})
             finally:
                 # background work on the batch ends before its cached data goes
                 wait([f for f in side.values() if isinstance(f, Future)])
@@ -339,7 +359,10 @@ class EmbeddedStore(TableStore):
 
 
 class NativeStore(TableStore):
-    """``format("delta")`` through delta-spark, for clusters where its jars are available."""
+    """``format("delta")`` through delta-spark (its jars from ``make setup``, see
+    lakehouse.jars). Every table it creates or writes is also registered in the session
+    catalog as ``layer.table`` (a Delta table at its location), so ``spark.table``, SQL,
+    ``DESCRIBE HISTORY`` and time travel see it."""
 
     format = "delta"
 
@@ -347,12 +370,59 @@ class NativeStore(TableStore):
         super().__init__(spark, settings)
         if not native_available(spark):
             raise NativeUnavailable(
-                "the native backend needs delta-spark on the Spark classpath (settings "
-                "native.jars_packages or native.jars_dir); use backend = 'embedded' otherwise"
+                "the native backend needs delta-spark on the Spark classpath, and this Spark "
+                "has none: under spark-submit pass the jars (--jars with the files of "
+                "jars/lib, see `lakehouse cluster package`), or use the embedded backend "
+                "(--backend embedded)"
             )
+        self._registered: set[str] = set()
+
+    def register(self, name: str) -> None:
+        """Register table ``name`` in the session catalog as a Delta table at its location
+        (once per store). A name registered before at another lake root is replaced: the
+        catalog lives as long as the session, the lake root comes with the settings."""
+        if name in self._registered:
+            return
+        layer, table = split_table_name(name)
+        location = str(self.path(name)).replace("\\", "\\\\").replace("'", "\\'")
+        self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{layer}`")
+        self.spark.sql(f"DROP TABLE IF EXISTS `{layer}`.`{table}`")  # external: data stays
+        self.spark.sql(f"CREATE TABLE `{layer}`.`{table}` USING delta LOCATION '{location}'")
+        self._registered.add(name)
+
+    def write(
+        self,
+        df: DataFrame,
+        name: str,
+        mode: str = "append",
+        partition_by: Sequence[str] = (),
+        txn: tuple[str, int] | None = None,
+    ) -> None:
+        """delta-spark's writer; a schema that does not fit the table is refused in one line
+        naming the columns, as on the embedded backend."""
+        from pyspark.errors import AnalysisException
+
+        _check_write_mode(mode)
+        if mode == "append" and self.exists(name):
+            self._check_schema(df, name)
+        failpoint(f"before-commit:{name}")  # delta-spark writes and commits in one call
+        try:
+            super().write(df, name, mode, partition_by, txn)
+        except AnalysisException as exc:
+            if "DELTA_" in (exc.getCondition() or "") and "SCHEMA" in str(exc).upper():
+                self._check_schema(df, name)  # names the columns when it can
+            raise
+
+    def _check_schema(self, df: DataFrame, name: str) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        incoming = to_arrow_schema(df.schema, timezone="UTC", prefers_large_types=False)
+        table = dfiles.table_arrow_schema(dfiles.open_table(self.path(name)))
+        dfiles.check_schema(f"table {name}", dfiles.utc_schema(table), dfiles.utc_schema(incoming))
 
     def create(self, name: str, schema: StructType, partition_by: Sequence[str] = ()) -> bool:
         if self.exists(name):
+            self.register(name)
             return False
         from delta.tables import DeltaTable
 
@@ -361,7 +431,14 @@ class NativeStore(TableStore):
         if partition_by:
             builder = builder.partitionedBy(*partition_by)
         builder.execute()
+        self.register(name)
         return True
+
+    def _before_sink(self, df: DataFrame, name: str, options: dict[str, str]) -> None:
+        """Create the table first: two queries whose first commits would both create it (two
+        flows into one table) fail with a protocol conflict in delta-spark."""
+        partition_by = [c for c in options.get("partitionBy", "").split(",") if c]
+        self.create(name, df.schema, partition_by)
 
     def _start_sink(self, writer, name: str) -> StreamingQuery:
         # delta-spark's sink is exactly-once on its own (it records the query id and batch id)
@@ -374,27 +451,68 @@ class NativeStore(TableStore):
 
         spark = df.sparkSession
         path = str(self.path(name))
-        if not self.exists(name):
-            df.write.format("delta").option("txnAppId", app_id).option("txnVersion", batch_id).save(
-                path
-            )
+        if self.exists(name) and dfiles.already_committed(
+            dfiles.open_table(path), app_id, batch_id
+        ):
+            # a replayed batch: its stateful operators still run (Spark 4.2 fails a
+            # foreachBatch whose state stores did not all commit), nothing is written
+            df.write.format("noop").mode("overwrite").save()
+            log.info("upsert batch %s of %s already in %s: skipped", batch_id, app_id, name)
             return
-        # delta-spark's idempotent DML: the MERGE is skipped when (app id, version) is recorded
-        spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
-        spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
+        df = _unique_keys(df, name, keys, batch_id)
         try:
-            condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-            (
-                DeltaTable.forPath(spark, path)
-                .alias("t")
-                .merge(df.alias("s"), condition)
-                .whenMatchedUpdateAll()
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
-        finally:
-            spark.conf.unset("spark.databricks.delta.write.txnAppId")
-            spark.conf.unset("spark.databricks.delta.write.txnVersion")
+            if not self.exists(name):
+                self.write(df, name, txn=(app_id, batch_id))
+                return
+            self._check_schema(df, name)
+            # delta-spark's idempotent DML: the MERGE is skipped when (app id, version) is
+            # recorded already; the confs are the session's, so they are unset right after
+            # (left set, they would skip the session's later plain writes too)
+            spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
+            spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
+            try:
+                condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+                (
+                    DeltaTable.forPath(spark, path)
+                    .alias("t")
+                    .merge(df.alias("s"), condition)
+                    .whenMatchedUpdateAll()
+                    .whenNotMatchedInsertAll()
+                    .execute()
+                )
+            finally:
+                spark.conf.unset("spark.databricks.delta.write.txnAppId")
+                spark.conf.unset("spark.databricks.delta.write.txnVersion")
+        except Exception as exc:  # Spark's error, or py4j's around it
+            if DUPLICATE_KEYS in str(exc):
+                message = str(exc)[str(exc).index(f"cannot upsert into {name}") :]
+                raise ValueError(message.splitlines()[0].rstrip(". ")) from None
+            raise
+
+
+DUPLICATE_KEYS = "occur more than once in batch"
+
+
+def _unique_keys(df: DataFrame, name: str, keys: Sequence[str], batch_id: int) -> DataFrame:
+    """``df`` that fails the job writing it when a key occurs more than once (update mode needs
+    one row per key). Checked inside the write's own job: a second action on a micro-batch of
+    a streaming aggregation would run it again (and Spark 4.2 fails to cache one that is
+    grouped again: 'key not found')."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    copies = F.count(F.lit(1)).over(Window.partitionBy(*keys))
+    message = F.concat(
+        F.lit(f"cannot upsert into {name}: key(s) of ({', '.join(keys)}) {DUPLICATE_KEYS} "),
+        F.lit(f"{batch_id}, e.g. "),
+        F.to_json(F.struct(*keys)),
+        F.lit("; update mode needs one row per key"),
+    )
+    return (
+        df.withColumn("_copies", copies)
+        .where(F.assert_true(F.col("_copies") == 1, message).isNull())
+        .drop("_copies")
+    )
 
 
 def _remove_uncommitted(root: str, files: Sequence[dfiles.AddedFile], txn) -> None:
@@ -430,9 +548,33 @@ def _stream_writer(
         df.writeStream.outputMode(output_mode)
         .option("checkpointLocation", str(checkpoint))
         # one query per checkpoint (flow); several flows may feed one table
-        .queryName(query_name or ".".join(Path(checkpoint).parts[-2:]))
+        .queryName(query_name or _query_name(checkpoint))
     )
     return writer.trigger(**trigger) if trigger else writer
+
+
+def _query_name(checkpoint: str | Path) -> str:
+    return ".".join(Path(checkpoint).parts[-2:])
+
+
+# Per query name, the seconds each step of its last micro-batches took inside foreachBatch
+# (compute: the batch itself; before_write: the flow's own step, e.g. quality rules; write:
+# the tables' writes and commits; wait_side, write_side: the side outputs, e.g. the
+# great-expectations results). bench/latency.py reads it; nothing else depends on it.
+BATCH_STEPS: defaultdict[str, deque[dict[str, float]]] = defaultdict(lambda: deque(maxlen=2000))
+
+
+class _Clock:
+    """Seconds between laps, added up per lap name."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = self.laps.get(name, 0.0) + now - self._last
+        self._last = now
 
 
 FAILPOINT_ENV = "LAKEHOUSE_FAILPOINT"
