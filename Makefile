@@ -1,4 +1,4 @@
-# make demo: set up (once) and run the main job on the embedded backend.
+# make demo: set up (once) and run the main job on the native Delta backend (delta-spark).
 # make test: set up (once) and run the default test suite.
 SHELL := /bin/bash
 PYTHON ?= python3.11
@@ -7,11 +7,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ROOT ?= ./lakehouse-data
 
+JARS_DIR := jars/lib
+JARS_STAMP := $(JARS_DIR)/.fetched
+
 AIRFLOW_VENV := .venv-airflow
 AIRFLOW_VERSION := 3.3.2
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 
-.PHONY: setup airflow-setup scheduler demo test test-slow test-e2e test-faults test-all lint bench bench-storage check-java clean
+.PHONY: setup jars airflow-setup scheduler demo test test-slow test-e2e test-faults test-all lint bench bench-storage check-java clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 1; }
@@ -22,7 +25,23 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-setup: $(STAMP)
+# The JVM jars of the native backend (delta-spark, Spark's Kafka connector), fetched with Maven
+# from jars/pom.xml once, and again only when the pom changes. Without Maven the Python side is
+# still set up and the embedded backend works; the native one says what to install.
+$(JARS_STAMP): jars/pom.xml
+	@if ! command -v mvn >/dev/null 2>&1; then \
+	  echo "warning: mvn not found: the native Delta backend (the default) needs its jars; install Maven (e.g. apt-get install maven) and run make setup again, or use --backend embedded"; \
+	else \
+	  echo "fetching the delta-spark jars with Maven into $(JARS_DIR) (once)"; \
+	  rm -rf $(JARS_DIR).tmp && \
+	  mvn -q -B -Dstyle.color=never -f jars/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	      -DoutputDirectory=lib.tmp && \
+	  rm -rf $(JARS_DIR) && mv $(JARS_DIR).tmp $(JARS_DIR) && touch $(JARS_STAMP); \
+	fi
+
+jars: $(JARS_STAMP)
+
+setup: $(STAMP) $(JARS_STAMP)
 
 # Apache Airflow lives in its own virtual environment (its dependency tree is not ours); the
 # DAGs import only lakehouse.settings and run the tools of .venv.
@@ -79,3 +98,4 @@ bench-storage: setup check-java
 
 clean:
 	rm -rf $(ROOT) .airflow spark-warehouse metastore_db derby.log .pytest_cache
+	# jars/lib stays: `rm -rf jars/lib` fetches the jars again at the next make setup

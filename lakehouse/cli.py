@@ -45,7 +45,11 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     from lakehouse.maintain import maintain
 
     settings = settings_from_args(args)
-    reports = maintain(settings, args.table or None)
+    if settings.backend == "native":
+        with spark_session(settings, "lakehouse-maintain") as spark:
+            reports = maintain(settings, args.table or None, spark)
+    else:
+        reports = maintain(settings, args.table or None)
     if not reports:
         print(f"no tables under {settings.root / 'tables'}")
         return 0
@@ -255,10 +259,17 @@ def cmd_serve_sql(args: argparse.Namespace) -> int:
 def cmd_cluster(args: argparse.Namespace) -> int:
     from lakehouse import cluster
 
-    if args.action == "package":
-        print(f"project code packed in {cluster.package(Path(args.output))}")
-        return 0
     settings = settings_from_args(args)
+    if args.action == "package":
+        code = cluster.package(Path(args.output))
+        print(f"project code packed in {code}")
+        jars = cluster.package_jars(settings, code.parent / "jars")
+        submit = f"spark-submit --master {settings.master} --py-files {code}"
+        if jars:
+            print(f"native backend jars copied to {code.parent / 'jars'} ({len(jars)} files)")
+            submit += " --jars " + ",".join(str(j) for j in jars)
+        print(f"submit with: {submit} jobs/<layer>.py --root <lake root>")
+        return 0
     if args.action == "start":
         ep = cluster.start(settings, cores=args.cores, memory=args.memory)
         print(f"cluster up: master {ep.url} (UI http://{ep.host}:{ep.master_ui}/), one worker")
@@ -472,7 +483,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from lakehouse.runner import FlowFailed, MissingInput, UnknownLayer
     from lakehouse.sql import SqlError
     from lakehouse.state import NoState
-    from lakehouse.storage import SchemaMismatch, TableNotFound, UnsupportedChange
+    from lakehouse.storage import (
+        NativeUnavailable,
+        SchemaMismatch,
+        TableNotFound,
+        UnsupportedChange,
+    )
 
     args = build_parser().parse_args(argv)
     try:
@@ -492,6 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         SqlError,
         NoState,
         ClusterError,
+        NativeUnavailable,
     ) as exc:  # bad input or configuration: exit 2
         print(f"lakehouse: error: {exc}", file=sys.stderr)
         return 2

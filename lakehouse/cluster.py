@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -190,6 +191,23 @@ def status(settings: Settings, master_ui: int = 8080) -> dict:
         "cores": state.get("cores"),
         "applications": [a.get("name") for a in state.get("activeapps", [])],
     }
+
+
+def package_jars(settings: Settings, dest: Path) -> list[Path]:
+    """Copy the native backend's jars (lakehouse.jars) into folder ``dest`` for
+    ``spark-submit --jars``: the driver and every executor load Delta from them. [] on the
+    embedded backend."""
+    from lakehouse.jars import native_jars
+
+    if settings.backend != "native":
+        return []
+    dest.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for jar in native_jars(settings):
+        target = dest / Path(jar).name
+        shutil.copyfile(jar, target)
+        copied.append(target)
+    return copied
 
 
 def package(dest: Path) -> Path:

@@ -3,14 +3,14 @@ creates a session at import time."""
 
 from __future__ import annotations
 
-import glob
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lakehouse.jars import native_jars
 from lakehouse.javacheck import check_java
-from lakehouse.settings import Settings, SettingsError
+from lakehouse.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,25 +69,19 @@ def session_conf(settings: Settings) -> dict[str, str]:
 
 
 def native_delta_conf(settings: Settings) -> dict[str, str]:
-    """Classpath and extensions for delta-spark (the native backend)."""
+    """Classpath, extensions and catalog of delta-spark (the native backend)."""
     conf = {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # Delta rebuilds a table's snapshot with this many tasks (default 50): on tables of
+        # a few hundred files that is 50 tasks of nothing per read and per commit
+        "spark.databricks.delta.snapshotPartitions": str(max(2, settings.shuffle_partitions)),
     }
-    if settings.native.jars_dir:
-        jars = sorted(glob.glob(str(Path(settings.native.jars_dir) / "*.jar")))
-        if not jars:
-            raise SettingsError(
-                f"setting 'native.jars_dir' points to {settings.native.jars_dir}, which holds no "
-                "jar; put delta-spark and delta-storage jars there or use native.jars_packages"
-            )
+    jars = native_jars(settings)
+    if jars:
         conf["spark.jars"] = ",".join(jars)
-    elif settings.native.jars_packages:
-        conf["spark.jars.packages"] = settings.native.jars_packages
     else:
-        raise SettingsError(
-            "the native backend needs 'native.jars_packages' or 'native.jars_dir' to be set"
-        )
+        conf["spark.jars.packages"] = settings.native.jars_packages
     return conf
 
 

@@ -78,9 +78,12 @@ class MaintenanceSettings:
 
 @dataclass(frozen=True)
 class NativeSettings:
-    # Maven coordinates resolved by Spark at start-up, or a folder of jars; one is needed.
-    jars_packages: str = "io.delta:delta-spark_2.13:4.4.1"
+    # The folder of delta-spark's jars (and the Kafka connector's) put on the classpath;
+    # "" = the project's jars/lib, which `make setup` fills from jars/pom.xml with Maven.
     jars_dir: str = ""
+    # Or Maven coordinates Spark resolves itself at start-up (spark.jars.packages, Ivy):
+    # used only when set and jars_dir is not.
+    jars_packages: str = ""
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,7 @@ class SchedulerSettings:
 class Settings:
     profile: str = "local"
     root: Path = Path("./lakehouse-data")
-    backend: str = "embedded"
+    backend: str = "native"
     master: str = "local[*]"
     app_name: str = "lakehouse"
     shuffle_partitions: int = 4

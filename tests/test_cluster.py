@@ -73,6 +73,8 @@ def test_the_layers_on_a_standalone_cluster_equal_a_local_run(spark, tmp_path):
     gen.generate(spark, on_cluster.root, params, progress=lambda s: Progress(s, io.StringIO()))
     shutil.copytree(on_cluster.landing_path(), local.landing_path())
     code = cluster.package(tmp_path / "lakehouse-code.zip")
+    jars = cluster.package_jars(on_cluster, tmp_path / "jars")  # delta-spark, for every JVM
+    assert any(j.name.startswith("delta-spark_4.2_2.13-") for j in jars)
 
     ep = cluster.start(on_cluster, cores=2, memory="2g", master_ui=master_ui, worker_ui=worker_ui)
     try:
@@ -85,6 +87,7 @@ def test_the_layers_on_a_standalone_cluster_equal_a_local_run(spark, tmp_path):
         for layer in ("bronze", "silver", "gold"):
             done = subprocess.run(
                 [str(submit), "--master", ep.url, "--py-files", str(code),
+                 "--jars", ",".join(str(j) for j in jars),
                  "--conf", "spark.executor.memory=1g", str(JOBS / f"{layer}.py"),
                  "--root", str(on_cluster.root), "--profile", "cluster",
                  "--conf", f"master={ep.url}", "--conf", "shuffle_partitions=2"],

@@ -21,8 +21,10 @@ import pytest
 
 from lakehouse import checkpoints
 from lakehouse import generate as gen
+from lakehouse.jars import spark_submit_jars_args
 from lakehouse.progress import Progress
 from lakehouse.runner import layer_flows, run_layers
+from lakehouse.settings import load_settings
 from lakehouse.status import read_table
 from lakehouse.verify import run_verify
 
@@ -41,6 +43,7 @@ def _submit(layer: str, root: Path, log, python: str = sys.executable) -> subpro
         str(Path(sys.executable).parent / "spark-submit"),
         "--master",
         "local[2]",
+        *spark_submit_jars_args(load_settings("test")),
         str(PROJECT / "jobs" / f"{layer}.py"),
         "--root",
         str(root),

@@ -38,12 +38,20 @@ def _same(found: pd.DataFrame, expected: pd.DataFrame, name: str) -> None:
     )
 
 
-@pytest.mark.parametrize("max_files", [0, pytest.param(1, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    ("backend", "max_files"),
+    [
+        ("native", 0),
+        # the whole pipeline on the embedded backend too: both give the reference's tables
+        pytest.param("embedded", 0, marks=pytest.mark.embedded),
+        pytest.param("native", 1, marks=pytest.mark.slow),
+    ],
+)
 def test_gold_tables_equal_their_batch_computation(
-    spark, settings, store, shuffle_partitions, max_files
+    spark, settings, store, shuffle_partitions, backend, max_files
 ):
     """Two deliveries of 4 hours (every job stops after the first and restarts from its
-    checkpoints). ``max_files`` 0: each layer reads a delivery in one micro-batch; 1: every
+    checkpoints), on each backend. ``max_files`` 0: each layer reads a delivery in one micro-batch; 1: every
     layer reads one file per micro-batch. Silver then runs with one shuffle partition, so it
     writes a file per micro-batch and gold reads silver in arrival order: split into files by
     partition, one silver version would hold events up to 30 minutes apart, a disorder beyond

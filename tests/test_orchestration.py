@@ -17,6 +17,7 @@ from deltalake import DeltaTable
 from bronze.flows import FLOWS as BRONZE_FLOWS
 from gold.flows import FLOWS as GOLD_FLOWS
 from lakehouse import oracle
+from lakehouse.jars import DEFAULT_JARS_DIR
 from lakehouse.settings import load_settings
 from silver.flows import FLOWS as SILVER_FLOWS
 
@@ -110,9 +111,11 @@ def test_the_dagbag_loads_the_pipeline_and_maintenance_dags(airflow_env):
         "gold": [],
     }
     bin_dir, lake = env["LAKEHOUSE_SCHEDULER__BIN_DIR"], env["LAKEHOUSE_ROOT"]
+    jars = ",".join(sorted(str(p) for p in DEFAULT_JARS_DIR.glob("*.jar")))
+    assert "delta-spark_4.2_2.13" in jars  # the driver and executors load Delta from them
     for layer in ("bronze", "silver", "gold"):
         assert tasks[layer]["command"] == (
-            f"{bin_dir}/spark-submit --master 'local[2]' jobs/{layer}.py "
+            f"{bin_dir}/spark-submit --master 'local[2]' --jars {jars} jobs/{layer}.py "
             f"--root {lake} --profile test --trigger available-now"
         )
         assert tasks[layer]["cwd"] == str(PROJECT)

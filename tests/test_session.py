@@ -1,15 +1,17 @@
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
+from lakehouse import jars as jars_module
+from lakehouse.jars import DEFAULT_JARS_DIR, NativeJarsMissing
 from lakehouse.javacheck import JavaError, check_java
 from lakehouse.session import ROCKSDB_PROVIDER, session_conf
-from lakehouse.settings import SettingsError
 
 
 def test_session_conf_from_settings(settings):
-    conf = session_conf(settings.with_overrides({"shuffle_partitions": 7}))
+    conf = session_conf(settings.with_overrides({"shuffle_partitions": 7, "backend": "embedded"}))
     assert conf["spark.sql.session.timeZone"] == "UTC"
     assert conf["spark.sql.shuffle.partitions"] == "7"
     assert conf["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
@@ -18,13 +20,49 @@ def test_session_conf_from_settings(settings):
 
 
 def test_native_backend_adds_delta_spark(settings, tmp_path):
-    conf = session_conf(settings.with_overrides({"backend": "native"}))
-    assert conf["spark.jars.packages"] == "io.delta:delta-spark_2.13:4.4.1"
+    conf = session_conf(settings)  # native is the default
+    jars = conf["spark.jars"].split(",")
+    assert jars == sorted(str(p) for p in DEFAULT_JARS_DIR.glob("*.jar"))
+    assert any(Path(j).name == "delta-spark_4.2_2.13-4.4.0.jar" for j in jars)
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
-    with pytest.raises(SettingsError, match="holds no jar"):
-        session_conf(
-            settings.with_overrides({"backend": "native", "native.jars_dir": str(tmp_path)})
-        )
+    assert conf["spark.sql.catalog.spark_catalog"] == (
+        "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+    )
+    assert "spark.jars.packages" not in conf  # nothing is downloaded at start-up
+    with pytest.raises(NativeJarsMissing, match="holds no jar") as err:
+        session_conf(settings.with_overrides({"native.jars_dir": str(tmp_path)}))
+    assert "\n" not in str(err.value)
+    packages = settings.with_overrides(
+        {"native.jars_packages": "io.delta:delta-spark_4.2_2.13:4.4.0"}
+    )
+    assert session_conf(packages)["spark.jars"] == conf["spark.jars"]  # the folder wins
+
+
+def test_missing_jars_say_what_to_do(settings, tmp_path, monkeypatch):
+    monkeypatch.setattr(jars_module, "DEFAULT_JARS_DIR", tmp_path / "jars" / "lib")
+    with pytest.raises(NativeJarsMissing) as err:
+        session_conf(settings)
+    message = str(err.value)
+    assert "make setup" in message and "apt-get install maven" in message
+    assert "--backend embedded" in message and "\n" not in message
+    # a machine without the jars may let Spark resolve them itself, if told to
+    packages = settings.with_overrides(
+        {"native.jars_packages": "io.delta:delta-spark_4.2_2.13:4.4.0"}
+    )
+    assert session_conf(packages)["spark.jars.packages"] == "io.delta:delta-spark_4.2_2.13:4.4.0"
+
+
+def test_a_cli_command_without_jars_is_one_line(tmp_path, capsys):
+    from lakehouse.cli import main
+
+    code = main(
+        ["sql", "SELECT 1", "--root", str(tmp_path), "--conf", f"native.jars_dir={tmp_path}"]
+    )
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err.startswith("lakehouse: error: setting 'native.jars_dir' points to") and "\n" not in err
+    )
 
 
 def test_live_session_settings(spark):

@@ -7,7 +7,7 @@ vacuum) on ``scheduler.maintenance_schedule``. Retries and their delay come from
 
 The DAGs read the project's settings (``conf/lakehouse.toml``, the profile in
 ``$LAKEHOUSE_PROFILE``, ``LAKEHOUSE_*`` variables) when Airflow parses this file. Only
-``lakehouse.settings`` is imported, which needs the standard library alone, so Airflow can live in
+``lakehouse.settings`` and ``lakehouse.jars`` are imported, which need the standard library alone, so Airflow can live in
 its own virtual environment: the tasks run the project's ``spark-submit`` and ``lakehouse`` from
 ``scheduler.bin_dir``. ``$LAKEHOUSE_HOME`` is the project checkout (default: two folders above
 this file); the tasks run there, and a relative lake root is taken from there.
@@ -32,6 +32,7 @@ if str(HOME) not in sys.path:
 from airflow.providers.standard.operators.bash import BashOperator  # noqa: E402
 from airflow.sdk import DAG  # noqa: E402
 
+from lakehouse.jars import NativeJarsMissing, spark_submit_jars_args  # noqa: E402
 from lakehouse.settings import duration_seconds, load_settings  # noqa: E402
 
 LAYERS = ("bronze", "silver", "gold")
@@ -51,6 +52,16 @@ def _tool(settings, name: str) -> str:
 def _common_args(settings) -> str:
     root = settings.root if settings.root.is_absolute() else HOME / settings.root
     return f"--root {shlex.quote(str(root))} --profile {shlex.quote(settings.profile)}"
+
+
+def _jars_args(settings) -> str:
+    """``--jars ...`` of the native backend: the driver and the executors load Delta from
+    them. Without them (no `make setup` yet) the job itself says what is missing, in one
+    line, instead of the DAG file failing to load."""
+    try:
+        return " ".join(shlex.quote(a) for a in spark_submit_jars_args(settings))
+    except NativeJarsMissing:
+        return ""
 
 
 def _default_args(settings) -> dict:
@@ -104,11 +115,13 @@ def build_pipeline_dag(settings) -> DAG:
                 append_env=True,
             )
         submit = shlex.quote(_tool(settings, "spark-submit"))
+        jars = _jars_args(settings)
         for layer in LAYERS:
             task = BashOperator(
                 task_id=layer,
                 bash_command=f"{submit} --master {shlex.quote(settings.master)} "
-                f"jobs/{layer}.py {args} --trigger available-now",
+                + (f"{jars} " if jars else "")
+                + f"jobs/{layer}.py {args} --trigger available-now",
                 cwd=str(HOME),
                 env=env,
                 append_env=True,

@@ -1,0 +1,59 @@
+"""Where the JVM jars of the native backend are, for sessions, spark-submit and clusters.
+
+``make setup`` fetches them once with Maven from ``jars/pom.xml`` into ``jars/lib`` (delta-spark
+and Spark's Kafka connector, without what pyspark ships). Standard library only: the Airflow DAG
+file imports this module from an environment that has no pyspark.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lakehouse.settings import Settings, SettingsError
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+DEFAULT_JARS_DIR = PROJECT_DIR / "jars" / "lib"
+# a class only delta-spark has: its presence on a classpath means the jars are there
+DELTA_CLASS = "io.delta.tables.DeltaTable"
+
+
+class NativeJarsMissing(SettingsError):
+    """The native backend was chosen and its jars are not where the settings say."""
+
+
+def jars_dir(settings: Settings) -> Path:
+    """The folder the settings point at (``native.jars_dir``, or the project's ``jars/lib``)."""
+    return Path(settings.native.jars_dir) if settings.native.jars_dir else DEFAULT_JARS_DIR
+
+
+def native_jars(settings: Settings) -> list[str]:
+    """The jar files to put on the classpath, sorted; raises NativeJarsMissing when there are
+    none (unless ``native.jars_packages`` lets Spark resolve them itself: then [])."""
+    folder = jars_dir(settings)
+    jars = sorted(str(p.absolute()) for p in folder.glob("*.jar"))
+    if jars:
+        return jars
+    if settings.native.jars_packages and not settings.native.jars_dir:
+        return []
+    if settings.native.jars_dir:
+        raise NativeJarsMissing(
+            f"setting 'native.jars_dir' points to {folder}, which holds no jar; put the "
+            "delta-spark jars there (mvn -f jars/pom.xml dependency:copy-dependencies "
+            "-DoutputDirectory=DIR), or use the embedded backend (--backend embedded)"
+        )
+    raise NativeJarsMissing(
+        f"the native Delta backend needs delta-spark's jars in {folder}, which has none: run "
+        "`make setup` (it fetches them with Maven; install it first, e.g. `apt-get install "
+        "maven`), or use the embedded backend (--backend embedded, or LAKEHOUSE_BACKEND=embedded)"
+    )
+
+
+def spark_submit_jars_args(settings: Settings) -> list[str]:
+    """``--jars a.jar,b.jar`` for spark-submit on the native backend (the driver and the
+    executors load Delta from them), ``[]`` on the embedded one."""
+    if settings.backend != "native":
+        return []
+    jars = native_jars(settings)
+    if not jars:
+        return ["--packages", settings.native.jars_packages]
+    return ["--jars", ",".join(jars)]
