@@ -8,7 +8,10 @@ under ``--root`` for the next run. Then, ``--runs`` rounds, each unit in its own
 on a fresh lake (inputs linked read-only from the base) in available-now mode:
 
 - ``bronze``, ``silver``, ``gold``: one layer on the base's input; ``gold.<flow>``: one gold
-  flow alone; ``pipeline``: ``run --layer all`` from the landing files;
+  flow alone; ``pipeline``: ``run --layer all`` from the landing files; all on the native
+  backend (delta-spark), and ``embedded:bronze``, ``embedded:silver``, ``embedded:gold``,
+  ``embedded:pipeline`` the same on the embedded backend (delta-rs), on the same base (both
+  backends read each other's tables: they are standard Delta);
 - ``floor.bronze``: the landing JSON read with the explicit schemas and written as Parquet in
   one batch job; ``floor.silver``: bronze rows deduplicated by id (and impressions left-joined
   to clicks within the hour) in batch; ``floor.gold``: the gold aggregations (session windows,
@@ -21,7 +24,7 @@ the unit's flows), peak memory of the whole process tree (Python driver, JVM, Py
 the processes' PSS, so pages the forked workers share count once), and
 the ratio to its reference: reference seconds / unit seconds (1.0 = as fast as the reference).
 References: bronze, silver, gold vs their floors; gold.sessions_custom vs gold.sessions; the
-pipeline vs the sum of the three floors.
+pipeline vs the sum of the three floors; each ``embedded:`` unit as its native twin.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from results import log_stats, machine, write_head  # noqa: E402
 from lakehouse.settings import load_settings  # noqa: E402
 
 MARK = "BENCH-RESULT "
+EMBEDDED = "embedded:"  # the prefix of a unit run on the embedded backend
 REFERENCES = {
     "bronze": "floor.bronze",
     "silver": "floor.silver",
@@ -55,6 +59,9 @@ REFERENCES = {
     "gold.sessions_custom": "gold.sessions",
     "pipeline": ("floor.bronze", "floor.silver", "floor.gold"),
 }
+REFERENCES.update(
+    {EMBEDDED + unit: REFERENCES[unit] for unit in ("bronze", "silver", "gold", "pipeline")}
+)
 
 
 def gold_flow_names() -> list[str]:
@@ -73,14 +80,15 @@ def all_units() -> list[str]:
         "gold",
         *gold_flow_names(),
         "pipeline",
+        *(EMBEDDED + unit for unit in ("bronze", "silver", "gold", "pipeline")),
     ]
 
 
 # ---- child: one unit in its own process -----------------------------------------------------
 
 
-def _settings(root: Path):
-    return load_settings("local", overrides={"root": str(root)})
+def _settings(root: Path, backend: str = "native"):
+    return load_settings("local", overrides={"root": str(root), "backend": backend})
 
 
 def _link(base: Path, work: Path, *relative: str) -> None:
@@ -205,7 +213,9 @@ def child(unit: str, root: Path, work: Path) -> dict:
     base = root / "base"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    settings, base_settings = _settings(work), _settings(base)
+    backend = "embedded" if unit.startswith(EMBEDDED) else "native"
+    unit = unit.removeprefix(EMBEDDED)
+    settings, base_settings = _settings(work, backend), _settings(base)
     if unit in ("bronze", "pipeline", "floor.bronze"):
         _link(base, work, "landing")
     elif unit in ("silver", "floor.silver"):
@@ -326,7 +336,7 @@ def main(argv=None) -> int:
     args.root = str(Path(args.root).resolve())  # the lakes link to the base by absolute path
     if args.child:  # one unit, in this process
         root = Path(args.root)
-        result = child(args.child, root, root / "work" / args.child)
+        result = child(args.child, root, root / "work" / args.child.replace(":", "-"))
         print(MARK + json.dumps(result), flush=True)
         return 0
     root = Path(args.root) / f"suite-{args.events}"

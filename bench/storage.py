@@ -1,8 +1,11 @@
-"""Storage benchmark: the embedded Delta backend against Spark's own Parquet reader and writer.
+"""Storage benchmark: native Delta (delta-spark) and embedded Delta (delta-rs) against Spark's
+own Parquet reader and writer, in one run.
 
-Writes N rows of the events schema (default 1,000,000) through the embedded backend and through
-``df.write.parquet``, then reads each back in full (into Spark's no-op sink), median of 3 runs
-each (after one warm-up run), and prints rows/s and the ratios. Usage: python bench/storage.py [--rows N] [--runs 3]
+Writes N rows of the events schema (default 1,000,000) with ``df.write.parquet``, through
+delta-spark (``format("delta")``) and through the embedded backend (``format("deltalake")``),
+then reads each back in full (into Spark's no-op sink), the three interleaved in each round,
+median of 3 rounds (after one warm-up round), and prints rows/s and each Delta path's ratios
+to Parquet. Usage: python bench/storage.py [--rows N] [--runs 3]
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def main() -> None:
     from lakehouse.session import build_session
     from lakehouse.settings import load_settings
 
-    settings = load_settings("local")
+    settings = load_settings("local")  # native: delta-spark's jars on the classpath
     spark = build_session(settings, app_name="bench-storage")
     work = Path(tempfile.mkdtemp(prefix="bench-storage-"))
     df = events(spark, args.rows).cache()
@@ -61,16 +64,23 @@ def main() -> None:
         reader.write.format("noop").mode("overwrite").save()
 
     def one_run(run: int) -> dict[str, float]:
-        delta_path, parquet_path = str(work / f"delta{run}"), str(work / f"parquet{run}")
+        paths = {kind: str(work / f"{kind}{run}") for kind in ("parquet", "native", "embedded")}
         times = {
-            "parquet_write": timed(lambda: df.write.parquet(parquet_path)),
-            "delta_write": timed(
-                lambda: df.write.format("deltalake").mode("append").save(delta_path)
+            "parquet_write": timed(lambda: df.write.parquet(paths["parquet"])),
+            "native_write": timed(
+                lambda: df.write.format("delta").mode("append").save(paths["native"])
             ),
-            "parquet_read": timed(lambda: noop(spark.read.parquet(parquet_path))),
-            "delta_read": timed(lambda: noop(spark.read.format("deltalake").load(delta_path))),
+            "embedded_write": timed(
+                lambda: df.write.format("deltalake").mode("append").save(paths["embedded"])
+            ),
+            "parquet_read": timed(lambda: noop(spark.read.parquet(paths["parquet"]))),
+            "native_read": timed(lambda: noop(spark.read.format("delta").load(paths["native"]))),
+            "embedded_read": timed(
+                lambda: noop(spark.read.format("deltalake").load(paths["embedded"]))
+            ),
         }
-        assert spark.read.format("deltalake").load(delta_path).count() == args.rows
+        assert spark.read.format("delta").load(paths["native"]).count() == args.rows
+        assert spark.read.format("deltalake").load(paths["embedded"]).count() == args.rows
         return times
 
     results: dict[str, list[float]] = {}
@@ -91,9 +101,14 @@ def main() -> None:
     for key, value in medians.items():
         runs = ", ".join(f"{x:.2f}" for x in results[key])
         print(f"{key:16} {value:8.2f} {args.rows / value:12,.0f}   [{runs}]")
-    write_ratio = medians["parquet_write"] / medians["delta_write"]
-    read_ratio = medians["parquet_read"] / medians["delta_read"]
-    print(f"storage ratios: write={write_ratio:.2f} read={read_ratio:.2f}")
+
+    def ratios(kind: str) -> str:
+        write = medians["parquet_write"] / medians[f"{kind}_write"]
+        read = medians["parquet_read"] / medians[f"{kind}_read"]
+        return f"write={write:.2f} read={read:.2f}"
+
+    print(f"native storage ratios: {ratios('native')}")
+    print(f"storage ratios: {ratios('embedded')}")  # the embedded backend, as before
 
 
 if __name__ == "__main__":
