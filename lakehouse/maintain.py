@@ -122,6 +122,12 @@ def maintain_native(
         "spark.databricks.delta.retentionDurationCheck.enabled", str(retention >= 168).lower()
     )
     spark.conf.set("spark.databricks.delta.vacuum.retentionWindowIgnore.enabled", "false")
+    # VACUUM lists the table's folders in as many tasks as this says (default 10,000: 45 s of
+    # empty tasks for a small table on a laptop); the shuffle partitions are the lake's scale
+    spark.conf.set(
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism",
+        str(max(2, settings.shuffle_partitions)),
+    )
     on_disk = _data_files_on_disk(path)
     table.vacuum(float(retention))  # FULL: also files no commit ever referenced
     _remove_empty_folders(path)
