@@ -36,6 +36,22 @@ def _batch_files(folder: Path) -> dict[int, list[Path]]:
     return files
 
 
+def remove_unfinished_writes(checkpoint: Path) -> list[Path]:
+    """Delete the temporary files a job killed while writing an offset or commit log entry
+    left (Hadoop writes ``.<n>.<uuid>.tmp`` and renames it into place; only the writing
+    process could have finished that). Spark takes a log with no entry yet for a new query
+    and then refuses to start: an ``offsets`` folder holding such a file is 'not empty on
+    batch 0' (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). The files deleted."""
+    removed = []
+    for folder in ("offsets", "commits"):
+        if (checkpoint / folder).is_dir():
+            for path in (checkpoint / folder).iterdir():
+                if path.name.startswith(".") and path.name.endswith((".tmp", ".tmp.crc")):
+                    path.unlink(missing_ok=True)
+                    removed.append(path)
+    return removed
+
+
 def committed_batches(checkpoint: Path) -> list[int]:
     """The ids of the micro-batches the checkpoint's commit log still holds (Spark keeps the
     last ``min_batches_to_retain``), ascending."""

@@ -210,6 +210,8 @@ def start_flow(
         if output.schema is not None:
             store.create(output.table, output.schema, output.partition_by)
     checkpoint = settings.checkpoint_path(flow.layer, flow.flow)
+    for path in checkpoints.remove_unfinished_writes(checkpoint):
+        log.info("flow %s: removed %s, left by a job killed while writing it", flow.name, path)
     result = flow_frame(spark, store, settings, flow, checkpoint)
     trigger = trigger_kwargs(settings.trigger)
     if len(flow.outputs) == 1 and flow.outputs[0].rows is None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lakehouse.jars import native_jars
+from lakehouse.jars import NativeJarsMissing, native_jars
 from lakehouse.javacheck import check_java
 from lakehouse.settings import Settings
 
@@ -20,8 +20,9 @@ HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateS
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
-def session_conf(settings: Settings) -> dict[str, str]:
-    """The Spark configuration the settings ask for (pure, so it can be tested without a JVM)."""
+def session_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
+    """The Spark configuration the settings ask for (pure, so it can be tested without a JVM).
+    ``submitted``: the JVM runs already (spark-submit), its classpath is what --jars gave."""
     store = settings.state_store
     conf = {
         "spark.app.name": settings.app_name,
@@ -63,13 +64,16 @@ def session_conf(settings: Settings) -> dict[str, str]:
         conf["spark.driver.bindAddress"] = "127.0.0.1"
         conf["spark.pyspark.python"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
     if settings.backend == "native":
-        conf.update(native_delta_conf(settings))
+        conf.update(native_delta_conf(settings, submitted))
     conf.update(settings.spark_conf)
     return conf
 
 
-def native_delta_conf(settings: Settings) -> dict[str, str]:
-    """Classpath, extensions and catalog of delta-spark (the native backend)."""
+def native_delta_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
+    """Classpath, extensions and catalog of delta-spark (the native backend). Under
+    spark-submit the jars come with --jars (the job's code may come from a zip, with no jar
+    folder beside it): a missing folder is then not an error here, and a JVM without Delta is
+    reported by the table store in one line."""
     conf = {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -77,7 +81,12 @@ def native_delta_conf(settings: Settings) -> dict[str, str]:
         # a few hundred files that is 50 tasks of nothing per read and per commit
         "spark.databricks.delta.snapshotPartitions": str(max(2, settings.shuffle_partitions)),
     }
-    jars = native_jars(settings)
+    try:
+        jars = native_jars(settings)
+    except NativeJarsMissing:
+        if submitted:
+            return conf
+        raise
     if jars:
         conf["spark.jars"] = ",".join(jars)
     else:
@@ -96,7 +105,12 @@ def build_session(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    conf = {**session_conf(settings), **(extra_conf or {}), "spark.master": settings.master}
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM
+    conf = {
+        **session_conf(settings, submitted),
+        **(extra_conf or {}),
+        "spark.master": settings.master,
+    }
     if app_name:
         conf["spark.app.name"] = app_name
     _launch_jvm_apart(conf)

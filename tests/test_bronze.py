@@ -268,6 +268,22 @@ def test_crash_inside_a_micro_batch_then_rerun_writes_each_row_once(
     _assert_books_balance(store, manifest)
 
 
+def test_a_job_killed_while_writing_its_first_offsets_restarts(spark, settings, store):
+    """kill -9 while Spark wrote a flow's first offset log entry leaves only Hadoop's temporary
+    file in ``offsets/``; Spark then takes the checkpoint for a new query's and refuses it as
+    not empty. The runner removes such leftovers before it starts the flow."""
+    manifest = _generate(spark, settings, events=300)
+    offsets = settings.checkpoint_path("bronze", "events") / "offsets"
+    offsets.mkdir(parents=True)
+    leftovers = [offsets / ".0.85b50abc-8924-455c-87c8-f9794542f665.tmp"]
+    leftovers.append(offsets / f".{leftovers[0].name}.crc")
+    for path in leftovers:
+        path.write_text("")
+    _bronze(spark, settings)
+    assert not any(path.exists() for path in leftovers)
+    _assert_books_balance(store, manifest)
+
+
 @pytest.mark.slow
 def test_kill_9_in_the_middle_of_spark_submit_then_rerun(spark, settings, store):
     """``spark-submit jobs/bronze.py`` killed with SIGKILL while micro-batches are in flight;
@@ -276,6 +292,7 @@ def test_kill_9_in_the_middle_of_spark_submit_then_rerun(spark, settings, store)
     submit = Path(sys.executable).with_name("spark-submit")
     command = [
         str(submit),
+        *spark_submit_jars_args(settings),
         str(REPO / "jobs" / "bronze.py"),
         "--root",
         str(settings.root),

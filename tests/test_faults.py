@@ -35,7 +35,9 @@ KILLS_PER_LAYER = 4  # 12 kills in all
 SEED = 20261123
 
 
-def _submit(layer: str, root: Path, log, python: str = sys.executable) -> subprocess.Popen:
+def _submit(
+    layer: str, root: Path, log, python: str = sys.executable, backend: str = "native"
+) -> subprocess.Popen:
     # one file per micro-batch, so every run has many commits to be killed in; silver with one
     # shuffle partition writes one file per version, which gold then reads in arrival order
     conf = ["--conf", "shuffle_partitions=1"] if layer == "silver" else []
@@ -53,6 +55,8 @@ def _submit(layer: str, root: Path, log, python: str = sys.executable) -> subpro
         "available-now",
         "--max-files-per-trigger",
         "1",
+        "--backend",
+        backend,
         *conf,
     ]
     env = {**os.environ, "PYSPARK_PYTHON": python}
@@ -163,6 +167,7 @@ def _assert_every_batch_recorded_once(settings, log: Path) -> None:
             assert not missing, f"{flow.name}: {sorted(missing)} unrecorded ({recounts} recounts)"
 
 
+@pytest.mark.embedded  # its Delta source plans in a Python process; delta-spark's in the JVM
 def test_a_flow_whose_python_worker_is_late_to_connect_back_is_restarted(
     spark, settings, tmp_path, shuffle_partitions
 ):
@@ -187,7 +192,7 @@ def test_a_flow_whose_python_worker_is_late_to_connect_back_is_restarted(
     )
     late.chmod(0o755)
     with open(tmp_path / "gold.log", "w+") as log:
-        job = _submit("gold", settings.root, log, python=str(late))
+        job = _submit("gold", settings.root, log, python=str(late), backend="embedded")
         assert job.wait(timeout=600) == 0, _read(log)[-6000:]
         text = _read(log)
     assert (tmp_path / "waited").is_dir(), "the job started no source planner"
