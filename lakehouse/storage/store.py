@@ -385,7 +385,8 @@ class NativeStore(TableStore):
             return
         layer, table = split_table_name(name)
         location = str(self.path(name)).replace("\\", "\\\\").replace("'", "\\'")
-        self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{layer}`")
+        if not self.spark.catalog.databaseExists(layer):  # (IF NOT EXISTS warns when it is)
+            self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{layer}`")
         self.spark.sql(f"DROP TABLE IF EXISTS `{layer}`.`{table}`")  # external: data stays
         self.spark.sql(f"CREATE TABLE `{layer}`.`{table}` USING delta LOCATION '{location}'")
         self._registered.add(name)
