@@ -1,6 +1,7 @@
 """Small micro-batch latency: each flow's median micro-batch, one landing file per batch.
 
-    python bench/latency.py [--events 30000] [--backend native|embedded] [--root DIR]
+    python bench/latency.py [--events 8000] [--hours 2] [--backend native|embedded]
+        [--flows PREFIX ...] [--root DIR]
 
 Continuous mode and frequent schedules run small micro-batches, where fixed costs per batch
 dominate. This generates ``--events`` (default 30,000: about 360 events per 5-minute landing
@@ -69,7 +70,9 @@ def flow_latencies(settings, flow: str) -> dict[str, float]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=30_000)
+    parser.add_argument("--events", type=int, default=8_000)
+    parser.add_argument("--hours", type=float, default=2.0)
+    parser.add_argument("--flows", nargs="*", default=[], help="flow name prefixes")
     parser.add_argument("--backend", choices=["native", "embedded"], default="native")
     parser.add_argument("--root", default=str(Path(tempfile.gettempdir()) / "lakehouse-bench"))
     args = parser.parse_args(argv)
@@ -86,10 +89,10 @@ def main(argv=None) -> int:
         overrides={"root": str(root), "backend": args.backend, "trigger.max_files_per_trigger": 1},
     )
     spark = build_session(settings, app_name="bench-latency")
-    params = gen.params_from_settings(settings, events=args.events)
+    params = gen.params_from_settings(settings, events=args.events, hours=args.hours)
     gen.generate(spark, root, params, progress=lambda s: Progress(s, io.StringIO()))
     print(
-        f"small micro-batches: {args.events:,} events, one landing file or table version per "
+        f"small micro-batches: {args.events:,} events over {args.hours:g} hours, one landing file or table version per "
         f"micro-batch, {args.backend} backend, one flow at a time, medians in seconds"
     )
     header = ["flow", "batches", "rows", "batch", *SPARK_PARTS, *STEP_PARTS]
@@ -97,6 +100,8 @@ def main(argv=None) -> int:
     slowest: dict[str, float] = {}
     for layer in declared_layers():
         for flow in layer_flows(layer):
+            if args.flows and not flow.name.startswith(tuple(args.flows)):
+                continue
             started = time.perf_counter()
             run_flows(spark, settings, [flow], out=io.StringIO())
             figures = flow_latencies(settings, flow.name)

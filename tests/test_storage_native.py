@@ -125,6 +125,30 @@ def test_routed_writes_replay_only_the_table_that_missed_the_batch(
     assert store.read("silver.r_even").count() == 4
 
 
+def test_app_transactions_read_from_the_checksum_or_else_from_the_log(spark, store):
+    """Appends with (app id, version) skip a version the table records, whether the app's
+    version comes from the snapshot's checksum file or, without one, from the log; a batch of
+    no rows commits nothing; a schema that does not fit is refused naming the column."""
+    store.write(spark.createDataFrame(rows(0, 2), KV), "silver.t")  # created: version 0
+    store.write(spark.createDataFrame(rows(2, 4), KV), "silver.t", txn=("app", 0))
+    store.write(spark.createDataFrame(rows(2, 4), KV), "silver.t", txn=("app", 0))  # replay
+    store.write(spark.createDataFrame([], KV), "silver.t", txn=("app", 1))  # no rows
+    assert version(store, "silver.t") == 1
+    log_dir = store.path("silver.t") / "_delta_log"
+    assert (log_dir / f"{1:020d}.crc").exists()
+    (log_dir / f"{1:020d}.crc").unlink()  # as after a crash between the commit and its checksum
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # as in a new job
+    store.write(spark.createDataFrame(rows(2, 4), KV), "silver.t", txn=("app", 0))  # replay
+    store.write(spark.createDataFrame(rows(4, 5), KV), "silver.t", txn=("app", 1))
+    assert version(store, "silver.t") == 2
+    assert DeltaTable(str(store.path("silver.t"))).transaction_version("app") == 1
+    assertDataFrameEqual(store.read("silver.t"), spark.createDataFrame(rows(0, 5), KV))
+    wrong = spark.createDataFrame([(9, 9)], "k long, v long")
+    with pytest.raises(dfiles.SchemaMismatch, match="cannot write to table silver.t: .*v"):
+        store.write(wrong, "silver.t", txn=("app", 2))
+    assert version(store, "silver.t") == 2
+
+
 def test_update_mode_merge_skips_a_replayed_batch_and_unsets_its_confs(spark, store, settings):
     append_versions(store, "bronze.u", [[(1, "a"), (2, "b")], [(1, "c")]])
     checkpoint = settings.checkpoint_path("gold", "u")
