@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize(
     "seed, events, hours, max_files, faults",
     [
-        (31, 1200, 2.0, 1, {"duplicate_fraction": 0.05, "malformed_fraction": 0.02}),
+        (31, 900, 1.5, 1, {"duplicate_fraction": 0.05, "malformed_fraction": 0.02}),
         (32, 4000, 3.0, 10, {"disorder_fraction": 0.2}),
         (33, 6000, 5.0, 0, {"duplicate_fraction": 0.0, "malformed_fraction": 0.0}),
     ],
@@ -47,7 +47,7 @@ def test_verify_passes_whatever_the_micro_batches(
 
 def test_with_late_events_verify_checks_the_books(spark, settings, shuffle_partitions):
     # one landing file per micro-batch: a late line then meets a watermark already past it
-    params = gen.params_from_settings(settings, events=2000, hours=2.0, late_fraction=0.02, seed=41)
+    params = gen.params_from_settings(settings, events=1500, hours=1.5, late_fraction=0.02, seed=41)
     gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
     batches = settings.with_overrides({"trigger.max_files_per_trigger": 1})
     with shuffle_partitions(1):
