@@ -4,8 +4,9 @@
         [--flows PREFIX ...] [--root DIR]
 
 Continuous mode and frequent schedules run small micro-batches, where fixed costs per batch
-dominate. This generates ``--events`` (default 30,000: about 360 events per 5-minute landing
-file), then runs every flow of bronze, silver and gold, one flow at a time, admitting one file
+dominate. This generates ``--events`` over ``--hours`` (default 8,000 over 2 hours: about 330
+events per 5-minute landing file, 24 files per source), then runs every flow of bronze, silver
+and gold (or those whose names start with one of ``--flows``), one flow at a time, admitting one file
 (bronze) or one table version (silver, gold) per micro-batch, and prints per flow the median
 micro-batch seconds over the batches that read rows, where they go (Spark's ``durationMs``
 parts from ``ops.stream_progress``: addBatch is the sink; and inside a ``foreachBatch`` sink,
@@ -92,8 +93,9 @@ def main(argv=None) -> int:
     params = gen.params_from_settings(settings, events=args.events, hours=args.hours)
     gen.generate(spark, root, params, progress=lambda s: Progress(s, io.StringIO()))
     print(
-        f"small micro-batches: {args.events:,} events over {args.hours:g} hours, one landing file or table version per "
-        f"micro-batch, {args.backend} backend, one flow at a time, medians in seconds"
+        f"small micro-batches: {args.events:,} events over {args.hours:g} hours, one landing "
+        f"file or table version per micro-batch, {args.backend} backend, one flow at a time, "
+        "medians in seconds"
     )
     header = ["flow", "batches", "rows", "batch", *SPARK_PARTS, *STEP_PARTS]
     print(" ".join(f"{h:>{26 if i == 0 else 12}}" for i, h in enumerate(header)))
