@@ -237,3 +237,36 @@ def test_spark_submit_without_the_jars_is_one_line(tmp_path):
         "(--backend embedded)"
     ]
     assert "Traceback" not in output
+
+
+def test_upserts_of_two_flows_at_once_each_record_only_their_own_app(spark, store):
+    """Flows of one job run in threads of one session, and an upsert's app transaction goes to
+    delta-spark through the session's confs: two MERGEs at once must neither take the other's
+    app id nor lose their version."""
+    import threading
+
+    for name in ("gold.left", "gold.right"):
+        store.create(name, spark.createDataFrame([], KV).schema)
+        store.upsert(spark.createDataFrame([(0, "start")], KV), name, ["k"], f"app-{name}", 0)
+    errors = []
+
+    def upserts(name: str) -> None:
+        try:
+            for batch in (1, 2, 3):
+                rows_ = spark.createDataFrame([(0, f"{name} {batch}"), (batch, name)], KV)
+                store.upsert(rows_, name, ["k"], f"app-{name}", batch)
+        except Exception as exc:  # reported below, with the thread's table
+            errors.append(f"{name}: {str(exc).splitlines()[0]}")
+
+    threads = [threading.Thread(target=upserts, args=(n,)) for n in ("gold.left", "gold.right")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for name, other in (("gold.left", "gold.right"), ("gold.right", "gold.left")):
+        table = DeltaTable(str(store.path(name)))
+        assert table.transaction_version(f"app-{name}") == 3
+        assert table.transaction_version(f"app-{other}") is None
+        expected = [(0, f"{name} 3"), (1, name), (2, name), (3, name)]
+        assertDataFrameEqual(store.read(name), spark.createDataFrame(expected, KV))

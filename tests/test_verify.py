@@ -18,18 +18,26 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize(
-    "seed, events, hours, max_files, faults",
+    "seed, events, hours, max_files, options",
     [
-        (31, 900, 1.5, 1, {"duplicate_fraction": 0.05, "malformed_fraction": 0.02}),
+        # 10-minute landing files: 9 micro-batches per flow and layer (the disorder stays within
+        # half the watermark, so one file per batch still drops nothing)
+        (
+            31,
+            900,
+            1.5,
+            1,
+            {"duplicate_fraction": 0.05, "malformed_fraction": 0.02, "file_minutes": 10.0},
+        ),
         (32, 4000, 3.0, 10, {"disorder_fraction": 0.2}),
         (33, 6000, 5.0, 0, {"duplicate_fraction": 0.0, "malformed_fraction": 0.0}),
     ],
 )
 def test_verify_passes_whatever_the_micro_batches(
-    spark, settings, shuffle_partitions, seed, events, hours, max_files, faults
+    spark, settings, shuffle_partitions, seed, events, hours, max_files, options
 ):
     params = gen.params_from_settings(
-        settings, events=events, hours=hours, late_fraction=0.0, seed=seed, **faults
+        settings, events=events, hours=hours, late_fraction=0.0, seed=seed, **options
     )
     gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
     batches = settings.with_overrides({"trigger.max_files_per_trigger": max_files})

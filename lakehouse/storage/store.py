@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict, deque
@@ -415,7 +416,8 @@ class NativeStore(TableStore):
                 return
             self._check_schema(df, name, self._transaction(name))
         failpoint(f"before-commit:{name}")  # delta-spark writes and commits in one call
-        super().write(df, name, mode, partition_by, txn)
+        with _SESSION_TXN_CONFS:  # it reads the app transaction confs an upsert may have set
+            super().write(df, name, mode, partition_by, txn)
 
     def _append_once(self, df: DataFrame, name: str, app_id: str, version: int) -> bool:
         """Append ``df`` to existing table ``name`` in a commit that records (``app_id``,
@@ -534,22 +536,24 @@ class NativeStore(TableStore):
             self._check_schema(df, name, jtxn)
             # delta-spark's idempotent DML: the MERGE is skipped when (app id, version) is
             # recorded already; the confs are the session's, so they are unset right after
-            # (left set, they would skip the session's later plain writes too)
-            spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
-            spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
-            try:
-                condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-                (
-                    DeltaTable.forPath(spark, path)
-                    .alias("t")
-                    .merge(df.alias("s"), condition)
-                    .whenMatchedUpdateAll()
-                    .whenNotMatchedInsertAll()
-                    .execute()
-                )
-            finally:
-                spark.conf.unset("spark.databricks.delta.write.txnAppId")
-                spark.conf.unset("spark.databricks.delta.write.txnVersion")
+            # (left set, they would skip the session's later plain writes too), and no other
+            # flow's MERGE or plain write runs while they are set
+            with _SESSION_TXN_CONFS:
+                spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
+                spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
+                try:
+                    condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+                    (
+                        DeltaTable.forPath(spark, path)
+                        .alias("t")
+                        .merge(df.alias("s"), condition)
+                        .whenMatchedUpdateAll()
+                        .whenNotMatchedInsertAll()
+                        .execute()
+                    )
+                finally:
+                    spark.conf.unset("spark.databricks.delta.write.txnAppId")
+                    spark.conf.unset("spark.databricks.delta.write.txnVersion")
         except Exception as exc:  # Spark's error, or py4j's around it
             if DUPLICATE_KEYS in str(exc):
                 message = str(exc)[str(exc).index(f"cannot upsert into {name}") :]
@@ -558,6 +562,10 @@ class NativeStore(TableStore):
 
 
 DUPLICATE_KEYS = "occur more than once in batch"
+# Held while delta-spark may read the session's app transaction confs
+# (spark.databricks.delta.write.txnAppId/txnVersion): an upsert sets them around its MERGE, and
+# a MERGE or plain write of another flow of the same session would take them for its own
+_SESSION_TXN_CONFS = threading.RLock()
 
 
 def _run_without_writing(batch: DataFrame) -> None:
