@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ROOT ?= ./lakehouse-data
+# the slowest tests of a run, printed after it: where a suite's minutes go (DURATIONS= for none)
+DURATIONS ?= --durations=10
 
 JARS_DIR := jars/lib
 JARS_STAMP := $(JARS_DIR)/.fetched
@@ -72,19 +74,19 @@ demo: setup check-java
 	$(BIN)/lakehouse demo --root $(ROOT)
 
 test: setup check-java
-	$(BIN)/pytest -m "not slow and not e2e and not faults" -q
+	$(BIN)/pytest -m "not slow and not e2e and not faults" -q $(DURATIONS)
 
 test-slow: setup check-java
-	$(BIN)/pytest -m "slow" -q
+	$(BIN)/pytest -m "slow" -q $(DURATIONS)
 
 test-e2e: setup check-java airflow-setup
-	$(BIN)/pytest -m "e2e" -q
+	$(BIN)/pytest -m "e2e" -q $(DURATIONS)
 
 test-faults: setup check-java
-	$(BIN)/pytest -m "faults" -q
+	$(BIN)/pytest -m "faults" -q $(DURATIONS)
 
 test-all: setup check-java airflow-setup
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(DURATIONS)
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

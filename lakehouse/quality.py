@@ -237,12 +237,14 @@ def results_schema():
     )
 
 
-def _batch_definition(table: str):
-    """One ephemeral great-expectations context per process and a Spark batch definition per
-    table: no files, no data docs, no progress bars; the app's session is reused (GX would
-    restart a session it cannot configure, so it is given no Spark settings)."""
-    if table in _GX:
-        return _GX[table]
+def _batch_definition(table: str, engine: str):
+    """One ephemeral great-expectations context per process and a batch definition per table
+    and engine (``spark`` or ``pandas``): no files, no data docs, no progress bars; the app's
+    session is reused (GX would restart a session it cannot configure, so it is given no Spark
+    settings)."""
+    key = f"{engine}:{table}"
+    if key in _GX:
+        return _GX[key]
     import logging
     import warnings
 
@@ -264,20 +266,32 @@ def _batch_definition(table: str):
                 analytics_enabled=False,
             ),
         )
-    source = _GX["context"].data_sources.add_spark(name=f"lake-{table}", persist=False)
-    _GX[table] = source.add_dataframe_asset(name=table).add_batch_definition_whole_dataframe(
+    sources = _GX["context"].data_sources
+    name = f"lake-{engine}-{table}"
+    if engine == "spark":
+        source = sources.add_spark(name=name, persist=False)
+    else:
+        source = sources.add_pandas(name=name)
+    _GX[key] = source.add_dataframe_asset(name=table).add_batch_definition_whole_dataframe(
         name="micro_batch"
     )
-    return _GX[table]
+    return _GX[key]
 
 
-def expectation(rule: Rule, now: dt.datetime):
-    """The great-expectations expectation of a rule (the same semantics as its predicate)."""
+def expectation(
+    rule: Rule, now: dt.datetime, engine: str = "spark", when_column: str | None = None
+):
+    """The great-expectations expectation of a rule (the same semantics as its predicate). On
+    the ``pandas`` engine, Spark evaluated the rule's ``when`` condition into the boolean column
+    ``when_column``, and times are naive UTC, as Spark's ``toPandas`` gives them."""
     import great_expectations.expectations as gxe
 
     kwargs: dict[str, Any] = {"column": rule.column, "meta": {"rule": rule.name}}
-    if rule.when:
+    if rule.when and engine == "pandas":
+        kwargs.update(row_condition=f"{when_column} == True", condition_parser="pandas")
+    elif rule.when:
         kwargs.update(row_condition=rule.when, condition_parser="spark")
+    bound = _naive_utc if engine == "pandas" else (lambda value: value)
     if rule.check == "not_null":
         return gxe.ExpectColumnValuesToNotBeNull(**kwargs)
     if rule.check == "null":
@@ -287,27 +301,59 @@ def expectation(rule: Rule, now: dt.datetime):
     if rule.check == "regex":
         return gxe.ExpectColumnValuesToMatchRegex(regex=rule.pattern, **kwargs)
     if rule.check == "between":
-        return gxe.ExpectColumnValuesToBeBetween(min_value=rule.min, max_value=rule.max, **kwargs)
+        return gxe.ExpectColumnValuesToBeBetween(
+            min_value=bound(rule.min), max_value=bound(rule.max), **kwargs
+        )
     if rule.check == "not_after_now":
-        return gxe.ExpectColumnValuesToBeBetween(max_value=rule.latest(now), **kwargs)
+        return gxe.ExpectColumnValuesToBeBetween(max_value=bound(rule.latest(now)), **kwargs)
     raise RuleError(f"rule {rule.name}: unknown check {rule.check}")
 
 
-def validate(batch: DataFrame, rules: Sequence[Rule], table: str, batch_id: int) -> DataFrame:
+def _naive_utc(value: Any) -> Any:
+    """A time-zone aware datetime as naive UTC (pandas compares naive times with naive only)."""
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+    return value
+
+
+# Micro-batches of up to this many rows are validated by great-expectations' pandas engine:
+# its Spark engine runs Spark jobs per metric domain, 1.5 s for the 11 rules of silver.events
+# on a batch of 600 rows, the pandas engine 0.17 s with the collect (same results, row for
+# row). Larger batches stay on Spark, where they are.
+PANDAS_MAX_ROWS = 20_000
+
+
+def validate(
+    batch: DataFrame,
+    rules: Sequence[Rule],
+    table: str,
+    batch_id: int,
+    pandas_max_rows: int = PANDAS_MAX_ROWS,
+) -> DataFrame:
     """Validate a (cached) micro-batch with great-expectations; one result row per rule."""
     with _GX_LOCK:
-        return _validate(batch, rules, table, batch_id)
+        return _validate(batch, rules, table, batch_id, pandas_max_rows)
 
 
-def _validate(batch: DataFrame, rules: Sequence[Rule], table: str, batch_id: int) -> DataFrame:
+def _validate(
+    batch: DataFrame, rules: Sequence[Rule], table: str, batch_id: int, pandas_max_rows: int
+) -> DataFrame:
     import great_expectations as gx
 
-    definition = _batch_definition(table)  # the context must exist before a suite is made
     now = dt.datetime.now(dt.UTC)
+    when_columns = _when_columns(rules, batch.columns)
+    data = None
+    if pandas_max_rows > 0:
+        conditions = [r.applies().alias(when_columns[r.name]) for r in rules if r.when]
+        data = batch.select(*batch.columns, *conditions).limit(pandas_max_rows + 1).toPandas()
+        if len(data) > pandas_max_rows:
+            data = None
+    engine = "spark" if data is None else "pandas"
+    definition = _batch_definition(table, engine)  # the context must exist before a suite
     suite = gx.ExpectationSuite(name=f"{table}-rules")
     for rule in rules:
-        suite.add_expectation(expectation(rule, now))
-    gx_batch = definition.get_batch(batch_parameters={"dataframe": batch})
+        suite.add_expectation(expectation(rule, now, engine, when_columns.get(rule.name)))
+    gx_batch = definition.get_batch(batch_parameters={"dataframe": batch if data is None else data})
     report = gx_batch.validate(
         suite, result_format={"result_format": "BASIC", "partial_unexpected_count": 0}
     )
@@ -334,6 +380,14 @@ def _validate(batch: DataFrame, rules: Sequence[Rule], table: str, batch_id: int
             )
         )
     return batch.sparkSession.createDataFrame(rows, results_schema())
+
+
+def _when_columns(rules: Sequence[Rule], taken: Sequence[str]) -> dict[str, str]:
+    """Names, not among ``taken``, for the columns holding the rules' ``when`` conditions."""
+    prefix = "gx_when"
+    while any(c.startswith(prefix) for c in taken):
+        prefix += "_"
+    return {r.name: f"{prefix}_{i}" for i, r in enumerate(rules) if r.when}
 
 
 def _error(result) -> str | None:

@@ -240,6 +240,52 @@ def test_drop_rules_send_rows_to_quarantine_with_their_names(spark, settings, st
     )
 
 
+def test_great_expectations_gives_the_same_results_on_pandas_and_on_spark(spark):
+    """Small micro-batches are validated by great-expectations' pandas engine, larger ones by
+    its Spark engine: both give the same result rows (the rules' ``when`` conditions evaluated
+    by Spark in both, times compared in UTC)."""
+    from lakehouse import quality
+
+    rows = [
+        ("ok", 1, "page_view", "/", None, T, "ios", "US", "f"),
+        ("buy", 2, "purchase", "/b", 12.5, T, "ios", "DE", "f"),
+        ("free", 3, "purchase", "/b", None, T, "web", "US", "f"),
+        ("refund", 4, "purchase", "/b", -3.0, T, "web", "usa", "f"),
+        ("priced", 5, "page_view", "home", 1.0, T, "web", None, "f"),
+        ("future", 0, "bogus", "/", None, T + dt.timedelta(days=3650), "ios", "US", "f"),
+        (None, None, None, None, None, None, None, None, "f"),
+    ]
+    batch = spark.createDataFrame(
+        rows,
+        "event_id string, user_id long, event_type string, page string, amount double, "
+        "event_time timestamp, device string, country string, _source_file string",
+    ).select(*events.COLUMNS)
+    rules = events.rules()
+
+    def results(table: str, pandas_max_rows: int) -> list[tuple]:
+        found = quality.validate(batch, rules, table, 7, pandas_max_rows).drop("validated_at")
+        return sorted(tuple(r) for r in found.collect())
+
+    on_pandas = results("t.small", quality.PANDAS_MAX_ROWS)
+    on_spark = results("t.large", len(rows) - 1)  # one row too many for pandas
+    assert "pandas:t.small" in quality._GX and "pandas:t.large" not in quality._GX
+    assert [r[1:] for r in on_pandas] == [r[1:] for r in on_spark]
+    counts = {r[2]: (r[6], r[7], r[8]) for r in on_pandas}  # rule: success, elements, unexpected
+    assert counts == {
+        "event_id_present": (False, 7, 1),
+        "user_id_present": (False, 7, 1),
+        "event_time_present": (False, 7, 1),
+        "event_time_not_in_future": (False, 7, 1),
+        "event_type_known": (False, 7, 1),
+        "user_id_positive": (False, 7, 1),
+        "purchase_has_amount": (False, 3, 1),
+        "purchase_amount_not_negative": (False, 3, 1),
+        "amount_only_on_purchases": (False, 3, 1),
+        "page_is_a_path": (False, 7, 1),
+        "country_code": (False, 7, 1),
+    }
+
+
 def test_a_fail_rule_stops_the_flow_naming_rule_table_and_count(spark, settings, store):
     strict = (
         *events.rules(),
