@@ -21,6 +21,7 @@ may be at most that far after the time the micro-batch is validated.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import threading
 import tomllib
 from collections.abc import Sequence
@@ -154,6 +155,13 @@ def load_rules(path: str | Path | Traversable) -> tuple[Rule, ...]:
             raise RuleError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
         if raw.get("within"):
             duration_seconds(raw["within"])
+        if raw["check"] == "regex":
+            try:  # small batches' great-expectations report matches it with Python's engine
+                re.compile(raw["pattern"])
+            except re.error as exc:
+                raise RuleError(
+                    f"{where}: pattern is not a regex Python can read ({exc})"
+                ) from None
         raw["values"] = tuple(raw.get("values", ()))
         rules.append(Rule(**raw))
     if not rules:

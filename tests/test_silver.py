@@ -321,6 +321,12 @@ def test_rules_file_mistakes_name_the_rule(tmp_path):
     path.write_text('[[rule]]\nname = "x"\ncheck = "in_set"\ncolumn = "c"\naction = "drop"\n')
     with pytest.raises(RuleError, match="r.toml rule x: check in_set needs 'values'"):
         load_rules(path)
+    path.write_text(
+        '[[rule]]\nname = "x"\ncheck = "regex"\ncolumn = "c"\npattern = "\\\\p{Lu}"\n'
+        'action = "warn"\n'
+    )
+    with pytest.raises(RuleError, match=r"r.toml rule x: pattern is not a regex Python can read"):
+        load_rules(path)
     path.write_text('[[rule]]\nname = "x"\ncheck = "nope"\ncolumn = "c"\naction = "drop"\n')
     with pytest.raises(RuleError, match="r.toml rule x: check must be one of"):
         load_rules(path)
