@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 from bronze.sources import (
+    EVENT_TIME,
     QUARANTINE_SCHEMA,
     QUARANTINE_TABLE,
     SOURCES,
@@ -23,7 +24,12 @@ def _flow(source: str) -> Flow:
         inputs=(LandingInput(source),),
         transform=partial(parse_lines, source=source),
         outputs=(
-            Output(f"bronze.{source}", partial(bronze_rows, source=source), table_schema(source)),
+            Output(
+                f"bronze.{source}",
+                partial(bronze_rows, source=source),
+                table_schema(source),
+                event_time=EVENT_TIME[source],
+            ),
             Output(QUARANTINE_TABLE, partial(quarantine_rows, source=source), QUARANTINE_SCHEMA),
         ),
     )

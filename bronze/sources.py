@@ -60,6 +60,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "impressions": ("impression_id", "ad_id", "campaign_id", "user_id", "impression_time"),
     "clicks": ("click_id", "impression_id", "ad_id", "user_id", "click_time"),
 }
+# the event time of each source: its bronze table's files follow it (lakehouse.storage.timeorder)
+EVENT_TIME = {"events": "event_time", "impressions": "impression_time", "clicks": "click_time"}
 RESCUED = "_rescued_data"
 # Spark's JSON parser takes single-quoted names and strings by default; JSON (and the verify
 # reference) does not. (NaN and Infinity stay allowed: Python's json module reads them too.)

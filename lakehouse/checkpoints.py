@@ -74,3 +74,45 @@ def copy_with_batch_pending(checkpoint: Path, batch: int, target: Path) -> None:
             if not keep(n):
                 for path in paths:
                     path.unlink()
+
+
+def plan_lost_no_data_batch(checkpoint: Path, now_ms: int) -> int | None:
+    """Plan again the no-data micro-batch a stop took away; return its id (None: none lost).
+
+    A stateful query whose committed batch moved the watermark runs one more micro-batch
+    without data, in which the new watermark closes windows, fires timers and emits unmatched
+    outer-join rows. Spark decides on it from the previous batch's execution, which a new run
+    of the query does not have: stopped between the two, the query restarts without it, and
+    those rows wait for the next new data. The watermark that batch needed is in the last
+    commit (``nextBatchWatermarkMs``); when it is ahead of the watermark of the last offsets,
+    this writes the offsets of the next batch: the same source offsets with that watermark,
+    which Spark then runs first, as it runs any batch planned and not committed."""
+    offsets = _batch_files(checkpoint / "offsets")
+    if not offsets:
+        return None
+    last = max(offsets)
+    commit = checkpoint / "commits" / str(last)
+    if not commit.is_file():
+        return None  # Spark runs the planned batch again itself
+    committed = _log_entry(commit)
+    lines = (checkpoint / "offsets" / str(last)).read_text().split("\n")
+    metadata = json.loads(lines[1])
+    watermark = int(committed.get("nextBatchWatermarkMs") or 0)
+    if watermark <= int(metadata.get("batchWatermarkMs") or 0):
+        return None
+    metadata.update(
+        batchWatermarkMs=watermark,
+        batchTimestampMs=max(now_ms, metadata.get("batchTimestampMs", 0)),
+    )
+    lines[1] = json.dumps(metadata, separators=(",", ":"))
+    target = checkpoint / "offsets" / str(last + 1)
+    staging = checkpoint / "offsets" / f".{last + 1}.planned.tmp"
+    staging.write_text("\n".join(lines))
+    staging.rename(target)
+    return last + 1
+
+
+def _log_entry(path: Path) -> dict:
+    """The JSON of a commit log entry (``v1`` then one JSON line)."""
+    lines = path.read_text().split("\n")
+    return json.loads(lines[1]) if len(lines) > 1 and lines[1].strip() else {}

@@ -70,6 +70,10 @@ class Output:
     rows: Callable[[DataFrame], DataFrame] | None = None
     schema: StructType | None = None
     partition_by: tuple[str, ...] = ()
+    # the event-time column of a table that streams read: each micro-batch's rows for it are
+    # written in files in this column's order (lakehouse.storage.timeorder), so a reader
+    # admitting a few files at a time does not see later hours first
+    event_time: str | None = None
     # columns `lakehouse maintain` Z-orders the table's files by on the native backend (what
     # BI queries filter on), so file statistics let a reader skip most files
     zorder_by: tuple[str, ...] = ()

@@ -28,6 +28,7 @@ from lakehouse.flows import Flow, Input, LandingInput, TableInput
 from lakehouse.monitoring import ProgressRecorder, record_runs, recorded_batches
 from lakehouse.settings import Settings, split_table_name
 from lakehouse.storage import table_store, trigger_kwargs
+from lakehouse.storage.store import Route
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -212,6 +213,13 @@ def start_flow(
     checkpoint = settings.checkpoint_path(flow.layer, flow.flow)
     for path in checkpoints.remove_unfinished_writes(checkpoint):
         log.info("flow %s: removed %s, left by a job killed while writing it", flow.name, path)
+    planned = checkpoints.plan_lost_no_data_batch(checkpoint, int(time.time() * 1000))
+    if planned is not None:
+        log.info(
+            "flow %s: runs no-data batch %s first, which its last run stopped before",
+            flow.name,
+            planned,
+        )
     result = flow_frame(spark, store, settings, flow, checkpoint)
     trigger = trigger_kwargs(settings.trigger)
     if len(flow.outputs) == 1 and flow.outputs[0].rows is None:
@@ -227,7 +235,10 @@ def start_flow(
             query_name=flow.name,
             options=options,
         )
-    routes = [(o.table, o.rows or (lambda df: df), o.partition_by) for o in flow.outputs]
+    routes = [
+        Route(o.table, o.rows or (lambda df: df), o.partition_by, o.event_time)
+        for o in flow.outputs
+    ]
     return store.write_stream_routed(
         result,
         routes,

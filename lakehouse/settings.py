@@ -77,6 +77,14 @@ class MaintenanceSettings:
 
 
 @dataclass(frozen=True)
+class WriteSettings:
+    # A micro-batch's rows for a table that streams read (bronze and silver) are written in
+    # event-time order, into files of about this many rows at most (one file for a smaller
+    # micro-batch), so a reader admitting a few files at a time sees them in time order
+    rows_per_file: int = 500_000
+
+
+@dataclass(frozen=True)
 class NativeSettings:
     # The folder of delta-spark's jars (and the Kafka connector's) put on the classpath;
     # "" = the project's jars/lib, which `make setup` fills from jars/pom.xml with Maven.
@@ -134,6 +142,7 @@ class Settings:
     state_store: StateStoreSettings = field(default_factory=StateStoreSettings)
     watermarks: WatermarkSettings = field(default_factory=WatermarkSettings)
     maintenance: MaintenanceSettings = field(default_factory=MaintenanceSettings)
+    write: WriteSettings = field(default_factory=WriteSettings)
     native: NativeSettings = field(default_factory=NativeSettings)
     sql: SqlSettings = field(default_factory=SqlSettings)
     gold: GoldSettings = field(default_factory=GoldSettings)
@@ -316,6 +325,7 @@ _POSITIVE = {
     "sql.port",
     "gold.session_max_pages",
     "gold.session_buckets",
+    "write.rows_per_file",
 }
 _NON_NEGATIVE = {
     "trigger.max_files_per_trigger",

@@ -56,7 +56,7 @@ FLOWS = (
         transform=events.silver_events,
         params=lambda settings: {"watermark": settings.watermarks.events},
         outputs=(
-            Output(events.TABLE, events.events_rows, events.SCHEMA),
+            Output(events.TABLE, events.events_rows, events.SCHEMA, event_time="event_time"),
             Output(quarantine.TABLE, quarantine.quarantine_rows, quarantine.SCHEMA),
         ),
         before_write=_check_events,
@@ -71,7 +71,12 @@ FLOWS = (
             "clicks_watermark": settings.watermarks.clicks,
         },
         outputs=(
-            Output(attribution.TABLE, attribution.attribution_rows, attribution.SCHEMA),
+            Output(
+                attribution.TABLE,
+                attribution.attribution_rows,
+                attribution.SCHEMA,
+                event_time="impression_time",
+            ),
             Output(quarantine.TABLE, quarantine.quarantine_rows, quarantine.SCHEMA),
         ),
         before_write=_check_attribution,

@@ -55,3 +55,57 @@ def test_a_changed_state_schema_names_the_flow_and_the_way_out(spark, settings, 
         "tables if they must not get the input again; the flow then rebuilds its state from its "
         "whole input"
     )
+
+
+def _windows_flow() -> Flow:
+    def transform(lines):
+        rows = lines.select(F.from_json("value", "id string, n long, t timestamp").alias("r"))
+        return (
+            rows.select("r.*")
+            .withWatermark("t", "10 minutes")
+            .groupBy(F.window("t", "5 minutes"))
+            .count()
+            .select(F.col("window.start").alias("start"), "count")
+        )
+
+    return Flow(
+        name="gold.windows_probe",
+        inputs=(LandingInput("probe"),),
+        transform=transform,
+        outputs=(Output("gold.windows_probe"),),
+    )
+
+
+def test_a_no_data_batch_a_stop_took_away_runs_on_the_next_start(spark, settings, store):
+    """Stopped after a batch that moved the watermark and before the no-data batch that closes
+    the windows behind it, the flow runs that batch first on its next start: the windows come
+    out then, not with the next new data."""
+    import datetime as dt
+    import shutil
+
+    from lakehouse import checkpoints
+
+    folder = settings.landing_path("probe")
+    folder.mkdir(parents=True)
+    times = ["2026-01-05T10:00:00Z", "2026-01-05T10:06:00Z", "2026-01-05T10:31:00Z"]
+    lines = [{"id": str(i), "n": i, "t": t} for i, t in enumerate(times)]
+    (folder / "probe-000000.json").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    run_flows(spark, settings, [_windows_flow()], out=io.StringIO())
+    expected = [(dt.datetime(2026, 1, 5, 10, 0), 1), (dt.datetime(2026, 1, 5, 10, 5), 1)]
+    assert sorted(tuple(r) for r in store.read("gold.windows_probe").collect()) == expected
+
+    # the same run, stopped before its no-data batch 1: the checkpoint and the table as batch
+    # 0 left them (it wrote no row)
+    checkpoint = settings.checkpoint_path("gold", "windows_probe")
+    assert checkpoints.committed_batches(checkpoint) == [0, 1]
+    for log in ("offsets", "commits"):
+        (checkpoint / log / "1").unlink()
+        (checkpoint / log / ".1.crc").unlink(missing_ok=True)
+    shutil.rmtree(store.path("gold.windows_probe"))
+    assert checkpoints.plan_lost_no_data_batch(checkpoint, 0) == 1
+    (checkpoint / "offsets" / "1").unlink()  # (planned by the runner's start below instead)
+
+    reports = run_flows(spark, settings, [_windows_flow()], out=io.StringIO())
+    assert [r.batches for r in reports] == [0]
+    assert sorted(tuple(r) for r in store.read("gold.windows_probe").collect()) == expected
+    assert checkpoints.committed_batches(checkpoint) == [0, 1]

@@ -193,3 +193,64 @@ def test_a_replayed_stateful_batch_runs_its_state_and_writes_nothing(spark, stor
     assert [DeltaTable(str(store.path(n))).version() for n, _, _ in routes] == versions
     assertDataFrameEqual(store.read("silver.d_low"), spark.createDataFrame(rows(0, 3), KV))
     assertDataFrameEqual(store.read("silver.d_high"), spark.createDataFrame(rows(3, 5), KV))
+
+
+def test_a_routed_batch_is_written_in_event_time_order_and_read_back_so(spark, settings):
+    """40 events over 4 hours come in one micro-batch, from 4 upstream files that each span
+    the 4 hours. Written with 10 rows per file, the batch becomes 4 files of one hour each,
+    listed in time order by the commit and by the snapshot; a stream that reads them one file
+    at a time with a 5-minute watermark drops nothing."""
+    import datetime as dt
+
+    from pyspark.sql import functions as F
+
+    from lakehouse.storage import deltafiles as dfiles
+    from lakehouse.storage import table_store
+    from lakehouse.storage.store import Route
+    from lakehouse.storage.timeorder import first_time
+
+    store = table_store(spark, settings.with_overrides({"write.rows_per_file": 10}))
+    start = dt.datetime(2026, 1, 5, 8, tzinfo=dt.UTC)
+    events = [(n, start + dt.timedelta(minutes=6 * n)) for n in range(40)]
+    # file i holds events i, i+4, i+8, ...: each spans the 4 hours
+    spread = sorted(events, key=lambda e: (e[0] % 4, e[0]))
+    upstream = spark.createDataFrame(
+        spark.sparkContext.parallelize(spread, 4), "k long, t timestamp"
+    )
+    store.write(upstream, "bronze.t")
+    assert len(dfiles.snapshot_files(dfiles.open_table(str(store.path("bronze.t"))))) == 4
+
+    store.create("silver.t", upstream.schema)
+    store.write_stream_routed(
+        store.read_stream("bronze.t"),
+        [Route("silver.t", lambda batch: batch, (), "t")],
+        settings.checkpoint_path("silver", "t"),
+        trigger={"availableNow": True},
+    ).awaitTermination()
+    root = str(store.path("silver.t"))
+    committed = dfiles.read_version(root, dfiles.latest_version(root)).added
+    snapshot = dfiles.snapshot_files(dfiles.open_table(root))
+    assert [f.path for f in snapshot] == [f.path for f in committed]
+    assert [first_time(f.stats, "t") for f in committed] == [
+        start + dt.timedelta(hours=h) for h in range(4)
+    ]
+
+    hourly = (
+        store.read_stream("silver.t", max_files_per_trigger=1)
+        .withWatermark("t", "5 minutes")
+        .groupBy(F.window("t", "1 hour"))
+        .count()
+        .select(F.col("window.start").alias("hour"), "count")
+    )
+    query = store.write_stream(
+        hourly, "gold.t", settings.checkpoint_path("gold", "t"), trigger={"availableNow": True}
+    )
+    query.awaitTermination()
+    dropped = [
+        op["numRowsDroppedByWatermark"] for p in query.recentProgress for op in p["stateOperators"]
+    ]
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) == 4
+    assert sum(dropped) == 0
+    assert sorted(tuple(r) for r in store.read("gold.t").collect()) == [
+        (start.replace(tzinfo=None) + dt.timedelta(hours=h), 10) for h in range(3)
+    ]

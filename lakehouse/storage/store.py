@@ -18,10 +18,11 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lakehouse.settings import Settings, TriggerSettings, split_table_name
 from lakehouse.storage import deltafiles as dfiles
+from lakehouse.storage import timeorder
 from lakehouse.storage.deltafiles import TableNotFound
 
 if TYPE_CHECKING:
@@ -33,6 +34,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 OUTPUT_MODES = ("append", "complete", "update")
+
+
+class Route(NamedTuple):
+    """A table a routed stream appends to: ``rows(batch)`` are its rows of a micro-batch,
+    written in files in ``event_time`` order when given (see lakehouse.storage.timeorder)."""
+
+    table: str
+    rows: Callable[[DataFrame], DataFrame]
+    partition_by: Sequence[str] = ()
+    event_time: str | None = None
 
 
 class NativeUnavailable(RuntimeError):
@@ -97,9 +108,13 @@ class TableStore(ABC):
         mode: str = "append",
         partition_by: Sequence[str] = (),
         txn: tuple[str, int] | None = None,
+        order_by: str | None = None,
     ) -> None:
         """Batch write. ``txn`` = (app id, version) makes the write idempotent: it is skipped
-        when the table already records that version for that app (a replayed micro-batch)."""
+        when the table already records that version for that app (a replayed micro-batch).
+        ``order_by`` (an event-time column) lists the new files in its order in the commit,
+        with modification times in that order too (a micro-batch's append; the base writer
+        cannot, and writes files as Spark partitions them)."""
         _check_write_mode(mode)
         writer = self._named(df.write.format(self.format), name).mode(mode)
         if partition_by:
@@ -166,7 +181,7 @@ class TableStore(ABC):
     def write_stream_routed(
         self,
         df: DataFrame,
-        routes: Sequence[tuple[str, Callable[[DataFrame], DataFrame], Sequence[str]]],
+        routes: Sequence[Route | tuple],
         checkpoint: str | Path,
         *,
         trigger: dict[str, Any] | None = None,
@@ -174,13 +189,16 @@ class TableStore(ABC):
         before_write: Callable[[DataFrame, int], SideOutputs | None] | None = None,
     ) -> StreamingQuery:
         """Start a streaming query appending each micro-batch to several tables: table ``name``
-        gets ``rows(batch)`` (partitioned by the route's columns). Each table records the batch in its own app transaction, so after
+        gets ``rows(batch)`` (partitioned by the route's columns, in files in the order of its
+        event-time column). Each table records the batch in its own app transaction, so after
         a crash between two tables the replayed batch only writes the tables that missed it.
         ``before_write(batch, batch_id)`` runs first (it may raise to stop the query) and may
         return more rows to append to other tables ({table: rows, or a future of them}),
         written the same way after the routes."""
-        for name, _rows, _partition_by in routes:
-            split_table_name(name)
+        routes = [Route(*route) for route in routes]
+        for route in routes:
+            split_table_name(route.table)
+        rows_per_file = self.settings.write.rows_per_file
         app_ids: list[str] = []
         steps = BATCH_STEPS[query_name or _query_name(checkpoint)]
 
@@ -194,13 +212,20 @@ class TableStore(ABC):
                 # computed once, in full, before anything (maybe in parallel) reads it: a
                 # replayed batch that every table skips must still run its stateful operators
                 # (Spark 4.2 fails a foreachBatch whose state stores did not all commit)
-                batch.count()
+                batch_rows = batch.count()
                 clock.lap("compute")
                 side = (before_write(batch, batch_id) if before_write else None) or {}
                 clock.lap("before_write")
-                for name, rows, partition_by in routes:
+                for name, rows, partition_by, event_time in routes:
+                    out = rows(batch)
+                    if event_time:
+                        out = timeorder.clustered(out, event_time, batch_rows, rows_per_file)
                     self.write(
-                        rows(batch), name, partition_by=partition_by, txn=(app_ids[0], batch_id)
+                        out,
+                        name,
+                        partition_by=partition_by,
+                        txn=(app_ids[0], batch_id),
+                        order_by=event_time,
                     )
                     failpoint(f"after-write:{name}")
                 clock.lap("write")
@@ -255,6 +280,7 @@ class EmbeddedStore(TableStore):
         mode: str = "append",
         partition_by: Sequence[str] = (),
         txn: tuple[str, int] | None = None,
+        order_by: str | None = None,
     ) -> None:
         """Spark's Parquet writer writes the files, delta-rs commits them (see sparkfiles)."""
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -283,6 +309,11 @@ class EmbeddedStore(TableStore):
         files = write_parquet(df, root, partition_by)
         if not files and mode == "append" and dfiles.is_delta_table(root):
             return  # nothing to add; an empty commit would only lengthen the log
+        if order_by:
+            files = timeorder.in_time_order(files, order_by, lambda f: f.stats)
+            times = timeorder.commit_times([f.modification_time for f in files])
+            for f, ms in zip(files, times, strict=True):
+                f.modification_time = ms
         failpoint(f"before-commit:{name}")
         try:
             dfiles.commit_files(
@@ -406,20 +437,23 @@ class NativeStore(TableStore):
         mode: str = "append",
         partition_by: Sequence[str] = (),
         txn: tuple[str, int] | None = None,
+        order_by: str | None = None,
     ) -> None:
         """delta-spark's writer; a schema that does not fit the table is refused in one line
         naming the columns, as on the embedded backend."""
         _check_write_mode(mode)
         if mode == "append" and self.exists(name):
             if txn:
-                self._append_once(df, name, *txn)
+                self._append_once(df, name, *txn, order_by=order_by)
                 return
             self._check_schema(df, name, self._transaction(name))
         failpoint(f"before-commit:{name}")  # delta-spark writes and commits in one call
         with _SESSION_TXN_CONFS:  # it reads the app transaction confs an upsert may have set
             super().write(df, name, mode, partition_by, txn)
 
-    def _append_once(self, df: DataFrame, name: str, app_id: str, version: int) -> bool:
+    def _append_once(
+        self, df: DataFrame, name: str, app_id: str, version: int, order_by: str | None = None
+    ) -> bool:
         """Append ``df`` to existing table ``name`` in a commit that records (``app_id``,
         ``version``), unless the table records that version or a later one already (then
         False, and ``df`` is not evaluated).
@@ -431,7 +465,7 @@ class NativeStore(TableStore):
         commit, and from the reconstructed state only when the checksum lacks it. The app id
         is registered as read, so a concurrent commit by the same app still conflicts. A batch
         that writes no rows commits nothing: its replay writes no rows either, or writes rows
-        no earlier attempt did."""
+        no earlier attempt did. ``order_by``: see :meth:`TableStore.write`."""
         jvm = self.spark._jvm
         delta = jvm.org.apache.spark.sql.delta
         jtxn = self._transaction(name)
@@ -444,6 +478,8 @@ class NativeStore(TableStore):
         failpoint(f"before-commit:{name}")
         if files.isEmpty():
             return True
+        if order_by:
+            files = _in_time_order(jvm, files, order_by)
         stamp = jvm.scala.Some(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
         record = delta.actions.SetTransaction(app_id, version, stamp)
         none = jvm.scala.Option.empty()
@@ -573,6 +609,34 @@ def _run_without_writing(batch: DataFrame) -> None:
     operators still run (Spark 4.2 fails a foreachBatch whose state stores did not all
     commit), nothing is written."""
     batch.write.format("noop").mode("overwrite").save()
+
+
+def _in_time_order(jvm, files, column: str):
+    """delta-spark's written files (a Scala Seq of AddFile) in the order of their first value
+    of ``column``, with modification times in that order (lakehouse.storage.timeorder)."""
+    adds = [files.apply(i) for i in range(files.size())]
+    adds = timeorder.in_time_order(adds, column, lambda a: a.stats())
+    times = timeorder.commit_times([a.modificationTime() for a in adds])
+    ordered = jvm.java.util.ArrayList()
+    for a, ms in zip(adds, times, strict=True):
+        ordered.add(
+            a.copy(
+                a.path(),
+                a.partitionValues(),
+                a.size(),
+                ms,
+                a.dataChange(),
+                a.stats(),
+                a.tags(),
+                a.deletionVector(),
+                a.baseRowId(),
+                a.defaultRowCommitVersion(),
+                a.clusteringProvider(),
+                a.backReference(),
+                a.amtPassthrough(),
+            )
+        )
+    return jvm.scala.jdk.javaapi.CollectionConverters.asScala(ordered).toSeq()
 
 
 def _recorded_version(jtxn, app_id: str) -> int:
