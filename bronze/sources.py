@@ -79,7 +79,15 @@ QUARANTINE_SCHEMA = _schema(
     ("_ingested_at", TimestampType()),
 )
 # Reasons a line goes to quarantine, checked in this order.
-REASONS = ("empty_line", "malformed_json", "missing_field", "wrong_type")
+REASONS = (
+    "invalid_utf8",
+    "empty_line",
+    "malformed_json",
+    "repeated_key",
+    "missing_field",
+    "wrong_type",
+)
+BOM = "\ufeff"  # a byte-order mark that starts a line (a file's first) is dropped
 
 
 def table_schema(source: str) -> StructType:
@@ -107,11 +115,18 @@ def parse_lines(lines: DataFrame, source: str) -> DataFrame:
     for the rare line that has something to rescue.
     """
     schema = SCHEMAS[source]
+    utf8 = F.is_valid_utf8("value")
+    lines = lines.withColumn(
+        "value",
+        F.when(F.col("value").startswith(BOM), F.substring("value", 2, 2**31 - 1)).otherwise(
+            F.col("value")
+        ),
+    )
     raw = F.col("_raw")
     # rand() makes the parse nondeterministic to the optimizer, which then neither copies it
     # into every expression that reads it nor pushes a filter below it: one parse per line.
     parse = F.when(F.rand(0) >= 0, F.from_json("value", "map<string,string>", STRICT_JSON))
-    parsed = lines.select("value", "_source_file", parse.alias("_raw"))
+    parsed = lines.select("value", "_source_file", parse.alias("_raw"), utf8.alias("_utf8"))
     typed = {f.name: _field_value(raw, f.name, f.dataType) for f in schema.fields}
     present = {f.name: F.element_at(raw, F.lit(f.name)).isNotNull() for f in schema.fields}
     # a value that is there but does not convert (a string field takes any JSON scalar)
@@ -123,7 +138,15 @@ def parse_lines(lines: DataFrame, source: str) -> DataFrame:
     known_keys = sum(
         (F.map_contains_key(raw, F.lit(f.name)).cast("int") for f in schema.fields), F.lit(0)
     )
+    # more entries than known keys: unknown keys, or a key repeated (the map keeps both)
     has_unknown = F.size(raw) > known_keys
+    keys = F.map_keys(raw)
+    repeated = F.when(has_unknown, F.size(F.array_distinct(keys)) < F.size(raw)).otherwise(
+        F.lit(False)
+    )
+    repeated_names = F.array_distinct(
+        F.filter(keys, lambda k: F.size(F.filter(keys, lambda other: other == k)) > 1)
+    )
     any_mistyped = _any(list(mistyped.values()))
     known = F.array(*[F.lit(f.name) for f in schema.fields])
     bad_names = F.array(*[F.when(bad, F.lit(name)) for name, bad in mistyped.items()])
@@ -153,21 +176,29 @@ def parse_lines(lines: DataFrame, source: str) -> DataFrame:
         ~F.rtrim(value).endswith("}") | F.coalesce(F.size(as_array) != 1, F.lit(True)),
     ).otherwise(F.lit(False))
     not_object = raw.isNull() | trailing
+    not_utf8 = ~F.col("_utf8")
     reason = (
-        F.when(blank, "empty_line")
+        F.when(not_utf8, "invalid_utf8")
+        .when(blank, "empty_line")
         .when(not_object, "malformed_json")
+        .when(repeated, "repeated_key")
         .when(_any(missing), "missing_field")
         .when(_any(wrong), "wrong_type")
     )
+    # the bytes of a line that is not UTF-8, in base64 (raw holds it with U+FFFD in their place)
+    original = F.regexp_replace(F.base64(value.cast("binary")), r"\s", "")
     detail = (
-        F.when(blank, F.lit("blank line"))
+        F.when(not_utf8, F.concat(F.lit("not UTF-8; its bytes in base64: "), original))
+        .when(blank, F.lit("blank line"))
         .when(raw.isNull(), F.lit("not a JSON object"))
         .when(trailing, F.lit("text after the JSON object"))
+        .when(repeated, F.concat(F.lit("repeated key: "), F.array_join(repeated_names, ", ")))
         .when(_any(missing), F.concat(F.lit("missing: "), _named(required, missing)))
         .when(_any(wrong), F.concat(F.lit("wrong type: "), _named(list(mistyped), wrong_all)))
     )
     return parsed.select(
-        F.when(reason.isNotNull(), F.col("value")).alias("value"),  # kept for quarantine only
+        # kept for quarantine only; valid UTF-8, as a Parquet string must be
+        F.when(reason.isNotNull(), F.make_valid_utf8("value")).alias("value"),
         *[typed[f.name].alias(f.name) for f in schema.fields],
         F.when(has_unknown | any_mistyped, F.when(F.size(rescued) > 0, F.to_json(rescued))).alias(
             RESCUED

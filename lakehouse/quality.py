@@ -291,7 +291,7 @@ def expectation(
 ):
     """The great-expectations expectation of a rule (the same semantics as its predicate). On
     the ``pandas`` engine, Spark evaluated the rule's ``when`` condition into the boolean column
-    ``when_column``, and times are naive UTC, as Spark's ``toPandas`` gives them."""
+    ``when_column``, and times are naive UTC, as :func:`_pandas` gives them."""
     import great_expectations.expectations as gxe
 
     kwargs: dict[str, Any] = {"column": rule.column, "meta": {"rule": rule.name}}
@@ -353,7 +353,7 @@ def _validate(
     data = None
     if pandas_max_rows > 0:
         conditions = [r.applies().alias(when_columns[r.name]) for r in rules if r.when]
-        data = batch.select(*batch.columns, *conditions).limit(pandas_max_rows + 1).toPandas()
+        data = _pandas(batch.select(*batch.columns, *conditions).limit(pandas_max_rows + 1))
         if len(data) > pandas_max_rows:
             data = None
     engine = "spark" if data is None else "pandas"
@@ -388,6 +388,19 @@ def _validate(
             )
         )
     return batch.sparkSession.createDataFrame(rows, results_schema())
+
+
+def _pandas(df: DataFrame):
+    """``df`` collected as pandas through Arrow, times as naive UTC in microseconds: a time
+    Spark holds (years 1 to 9999) fits, where ``toPandas``' nanoseconds fail outside 1678-2261
+    (such a row is then quarantined by a rule, not a crash of the flow)."""
+    import pandas as pd
+
+    data = df.toArrow().to_pandas(coerce_temporal_nanoseconds=False)
+    for name in data.columns:
+        if isinstance(data[name].dtype, pd.DatetimeTZDtype):
+            data[name] = data[name].dt.tz_convert("UTC").dt.tz_localize(None)
+    return data
 
 
 def _when_columns(rules: Sequence[Rule], taken: Sequence[str]) -> dict[str, str]:

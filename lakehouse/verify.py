@@ -32,11 +32,14 @@ lines the two may disagree: verify then reports them, and either side may be the
 
 from __future__ import annotations
 
+import bz2
 import datetime as dt
+import gzip
 import json
 import re
 import sys
 import tomllib
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
@@ -101,18 +104,39 @@ class VerifyError(RuntimeError):
 # ---- bronze: landing lines ------------------------------------------------------------------
 
 
-def landing_lines(settings: Settings, source: str) -> list[tuple[str, str]]:
-    """(file name, line) of every landing line of ``source``, in arrival (file name) order."""
+# Landing files compressed by name, as Spark's text source (Hadoop's codecs) reads them
+DECOMPRESS = {".gz": gzip.decompress, ".bz2": bz2.decompress, ".deflate": zlib.decompress}
+BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True)
+class LandingLine:
+    file: str
+    text: str  # invalid UTF-8 replaced by U+FFFD
+    utf8: bool  # False: the line's bytes are not UTF-8
+
+
+def landing_lines(settings: Settings, source: str) -> list[LandingLine]:
+    """Every landing line of ``source``, in arrival (file name) order: files named ``.gz``,
+    ``.bz2`` or ``.deflate`` decompressed, a byte-order mark that starts a line dropped."""
     folder = settings.landing_path(source)
     lines = []
     # every file Spark's file source reads: not hidden, not starting with "_"
     names = (p for p in folder.iterdir() if p.is_file() and not p.name.startswith(("_", ".")))
     for path in sorted(names):
-        text = path.read_text(encoding="utf-8", errors="replace")
-        parts = re.split(r"\r\n|\r|\n", text)
-        if parts and parts[-1] == "":
+        data = path.read_bytes()
+        decompress = DECOMPRESS.get(path.suffix)
+        if decompress:
+            data = decompress(data)
+        parts = re.split(rb"\r\n|\r|\n", data)
+        if parts and parts[-1] == b"":
             parts.pop()  # the newline that ends the last line
-        lines.extend((path.name, line) for line in parts)
+        for raw in parts:
+            raw = raw.removeprefix(BOM)
+            try:
+                lines.append(LandingLine(path.name, raw.decode("utf-8"), True))
+            except UnicodeDecodeError:
+                lines.append(LandingLine(path.name, raw.decode("utf-8", "replace"), False))
     return lines
 
 
@@ -127,34 +151,77 @@ def _typed(kind: str, value):
     if isinstance(value, bool | dict | list):
         return None
     if kind == "long":
-        if isinstance(value, int):
-            return value
         if isinstance(value, str) and _INTEGER.match(value):
-            return int(value)
-        return None
+            value = int(value)
+        if isinstance(value, int) and LONG_MIN <= value <= LONG_MAX:
+            return value
+        return None  # (beyond a long: Spark's cast gives null too)
     if kind == "double":
-        if isinstance(value, int | float):
-            return float(value)
+        if isinstance(value, _Overflow):
+            return None
         if isinstance(value, str) and _NUMBER.match(value):
-            return float(value)
-        return None
+            value = float(value)
+        if isinstance(value, int):
+            try:
+                return float(value)
+            except OverflowError:  # Spark's cast of the digits gives infinity
+                return float("inf") if value > 0 else float("-inf")
+        return float(value) if isinstance(value, float) else None
     try:  # time: ISO-8601 only
         stamp = pd.to_datetime(str(value), format="ISO8601", utc=True)
+    except pd.errors.OutOfBoundsDatetime:
+        # years 1 to 1677 and 2262 to 9999: times Spark holds and pandas' nanoseconds do not
+        try:
+            stamp = dt.datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return stamp.replace(tzinfo=dt.UTC) if stamp.tzinfo is None else stamp.astimezone(dt.UTC)
     except (ValueError, TypeError):
         return None
     return None if pd.isna(stamp) else stamp
 
 
-def parse_line(source: str, line: str) -> tuple[dict | None, str | None]:
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+
+
+class _Overflow(float):
+    """A JSON number too large for a double (``1e400``): Spark's parser does not read it as a
+    number, Python's would read infinity."""
+
+
+class _Object(dict):
+    """A JSON object; ``repeated`` names the keys it has more than once."""
+
+    repeated: tuple[str, ...] = ()
+
+
+def _object(pairs: list[tuple[str, object]]) -> _Object:
+    record = _Object(pairs)
+    if len(record) < len(pairs):
+        seen: Counter = Counter(key for key, _ in pairs)
+        record.repeated = tuple(key for key, n in seen.items() if n > 1)
+    return record
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    return _Overflow(value) if value in (float("inf"), float("-inf")) else value
+
+
+def parse_line(source: str, line: str, utf8: bool = True) -> tuple[dict | None, str | None]:
     """(typed row, None) for a line that belongs in bronze.<source>, else (None, reason)."""
+    if not utf8:
+        return None, "invalid_utf8"
     if not line.strip():
         return None, "empty_line"
     try:
-        record = json.loads(line)
+        record = json.loads(line, object_pairs_hook=_object, parse_float=_float)
     except ValueError:
         return None, "malformed_json"
     if not isinstance(record, dict):
         return None, "malformed_json"
+    if record.repeated:
+        return None, "repeated_key"
     fields = FIELDS[source]
     row = {name: _typed(kind, record.get(name)) for name, kind in fields.items()}
     if any(record.get(name) is None for name in REQUIRED[source]):
@@ -171,19 +238,48 @@ def bronze_reference(settings: Settings, source: str) -> tuple[pd.DataFrame, pd.
     """(bronze.<source> rows, quarantine rows) the landing lines of ``source`` must give, in
     arrival order."""
     rows, bad = [], []
-    for file, line in landing_lines(settings, source):
-        row, reason = parse_line(source, line)
+    for line in landing_lines(settings, source):
+        row, reason = parse_line(source, line.text, line.utf8)
         if row is None:
-            bad.append({"source": source, "reason": reason, "raw": line, "_source_file": file})
+            bad.append(
+                {"source": source, "reason": reason, "raw": line.text, "_source_file": line.file}
+            )
         else:
-            row["_source_file"] = file
+            row["_source_file"] = line.file
             rows.append(row)
     columns = [*FIELDS[source], "_rescued", "_source_file"]
     frame = pd.DataFrame(rows, columns=columns)
     for name, kind in FIELDS[source].items():
         if kind == "time":
-            frame[name] = pd.to_datetime(frame[name], utc=True)
+            frame[name] = _times(frame[name])
     return frame, pd.DataFrame(bad, columns=["source", "reason", "raw", "_source_file"])
+
+
+def _times(values: pd.Series) -> pd.Series:
+    """Parsed times as a UTC column: nanoseconds, or microseconds when a time is beyond
+    pandas' nanosecond range (years 1 to 9999 are Spark's)."""
+    if any(isinstance(v, dt.datetime) and not isinstance(v, pd.Timestamp) for v in values):
+        plain = [
+            None if v is None or pd.isna(v) else pd.Timestamp(v).to_pydatetime() for v in values
+        ]
+        return pd.Series(pd.array(plain, dtype="datetime64[us, UTC]"), index=values.index)
+    return pd.to_datetime(values, utc=True)
+
+
+def _nanoseconds(frame: pd.DataFrame, table: str) -> pd.DataFrame:
+    """``frame`` with its times in nanoseconds again, as the silver and gold references use
+    them (the quality rules quarantine the times beyond pandas' range)."""
+    out = frame.copy()
+    for name in out.columns:
+        if isinstance(out[name].dtype, pd.DatetimeTZDtype) and out[name].dtype.unit != "ns":
+            try:
+                out[name] = out[name].astype("datetime64[ns, UTC]")
+            except (pd.errors.OutOfBoundsDatetime, OverflowError):
+                raise VerifyError(
+                    f"{table}: a kept {name} is outside the years 1678 to 2261, which verify "
+                    "cannot compute with; add a quality rule that quarantines such times"
+                ) from None
+    return out
 
 
 # ---- silver ---------------------------------------------------------------------------------
@@ -413,7 +509,9 @@ def _found(settings: Settings, name: str) -> pd.DataFrame:
         frame["_source_file"] = frame["_source_file"].str.rsplit("/", n=1).str[-1]
     for column in frame.columns:
         if pd.api.types.is_datetime64_any_dtype(frame[column]):
-            frame[column] = pd.to_datetime(frame[column], utc=True)
+            times = frame[column]
+            naive = not isinstance(times.dtype, pd.DatetimeTZDtype)
+            frame[column] = times.dt.tz_localize("UTC") if naive else times.dt.tz_convert("UTC")
     return frame
 
 
@@ -485,6 +583,7 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
     events_rules = load_rules("events")
     cleaned = clean_events(bronze["events"])
     kept, bad_events = quality(cleaned, events_rules, now)
+    kept = _nanoseconds(kept, "silver.events")
     silver_events = first_copies(kept, "event_id")
     event_columns = list(FIELDS["events"])
     found_events = _found(settings, "silver.events")
@@ -519,6 +618,7 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
     bad_sides = []
     for side in ("impressions", "clicks"):
         side_kept, side_bad = quality(bronze[side], load_rules(side), now)
+        side_kept = _nanoseconds(side_kept, f"silver.ad_attribution's {side}")
         sides[side] = first_copies(side_kept, ID[side])
         bad_sides.append((side, side_bad))
     attribution = attribution_reference(sides["impressions"], sides["clicks"], settings)

@@ -213,14 +213,112 @@ def test_unknown_and_mistyped_fields_are_rescued_and_the_row_kept(spark, setting
                 amount=4.5,
                 _rescued_data='{"experiment":"{\\"id\\":7,\\"arm\\":\\"B\\"}"}',
             ),
-            # a repeated key: the first value is used and nothing is rescued
-            Row(event_id="e4", user_id=4, amount=None, _rescued_data=None),
         ],
     )
     row = store.read("bronze.events").where("event_id = 'e1'").first()
     assert row["_source_file"].endswith("/landing/events/events-000000.json")
     assert row["_ingested_at"] is not None
-    assert store.read(QUARANTINE_TABLE).count() == 0
+    # a repeated key is ambiguous (Spark's parser would use the first value, Python's the last)
+    assertDataFrameEqual(
+        store.read(QUARANTINE_TABLE).select("raw", "reason", "detail"),
+        [Row(raw=lines[3], reason="repeated_key", detail="repeated key: user_id")],
+    )
+
+
+def test_odd_input_has_the_same_outcome_in_bronze_silver_and_verify(spark, settings, store):
+    """Each kind of odd line the README's data contract names, through bronze and silver, and
+    through verify's reference: both give the same rows."""
+    import base64
+    import gzip
+
+    from lakehouse import verify
+
+    def line(event_id: str, **fields) -> bytes:
+        return json.dumps(_event(event_id, **fields)).encode()
+
+    not_utf8 = line("u8", page="/caf\u00e9").replace(b"\\u00e9", b"\xe9\xff")
+    plain = [
+        b'{"event_id":"rk","user_id":1,"event_time":"2026-01-05T08:00:00Z","user_id":2}',
+        line("big", user_id=99999999999999999999999),
+        line("y1", event_time="0001-01-01T00:00:00Z"),
+        line("y9999", event_time="9999-12-31T23:59:59Z"),
+        not_utf8,
+        b'{"event_id":"inf","user_id":1,"event_type":"purchase","amount":1e400,'
+        b'"event_time":"2026-01-05T08:00:00Z"}',
+        line("ok"),
+    ]
+    folder = settings.landing_path("events")
+    folder.mkdir(parents=True)
+    (folder / "events-000000.json").write_bytes(b"\n".join(plain) + b"\n")
+    (folder / "events-000001.json").write_bytes(b"\xef\xbb\xbf" + line("bom") + b"\n")
+    (folder / "events-000002.json.gz").write_bytes(gzip.compress(line("gz") + b"\n"))
+    for source in ("impressions", "clicks"):
+        settings.landing_path(source).mkdir(parents=True)
+    run_layers(spark, settings, ["bronze", "silver"], out=io.StringIO())
+
+    # (as text: PySpark cannot collect a time in year 1 to a Python datetime)
+    kept = store.read("bronze.events").select(
+        "event_id", "user_id", "amount", F.col("event_time").cast("string").alias("time")
+    )
+    t0 = "2026-01-05 08:00:00"
+    assertDataFrameEqual(
+        kept,
+        [
+            Row(event_id="y1", user_id=1, amount=None, time="0001-01-01 00:00:00"),
+            Row(event_id="y9999", user_id=1, amount=None, time="9999-12-31 23:59:59"),
+            Row(event_id="inf", user_id=1, amount=None, time=t0),
+            Row(event_id="ok", user_id=1, amount=None, time=t0),
+            Row(event_id="bom", user_id=1, amount=None, time=t0),
+            Row(event_id="gz", user_id=1, amount=None, time=t0),
+        ],
+    )
+    rescued = store.read("bronze.events").where("event_id = 'inf'").first()["_rescued_data"]
+    assert rescued == '{"amount":"\\"Infinity\\""}'
+    quarantined = [
+        Row(
+            raw=plain[0].decode(),
+            reason="repeated_key",
+            detail="repeated key: user_id",
+        ),
+        Row(raw=plain[1].decode(), reason="wrong_type", detail="wrong type: user_id"),
+        Row(
+            raw=not_utf8.decode("utf-8", "replace"),
+            reason="invalid_utf8",
+            detail="not UTF-8; its bytes in base64: " + base64.b64encode(not_utf8).decode(),
+        ),
+    ]
+    assertDataFrameEqual(
+        store.read(QUARANTINE_TABLE).select("raw", "reason", "detail"), quarantined
+    )
+    # silver: the times no event has go to quarantine, by name, not to "late"
+    assertDataFrameEqual(
+        store.read("silver.quarantine").select(
+            F.get_json_object("record", "$.event_id").alias("event_id"), "rules"
+        ),
+        [
+            Row(event_id="y1", rules=["event_time_not_before_2000"]),
+            Row(event_id="y9999", rules=["event_time_not_in_future"]),
+            Row(event_id="inf", rules=["purchase_has_amount"]),
+        ],
+    )
+    assert sorted(r.event_id for r in store.read("silver.events").collect()) == ["bom", "gz", "ok"]
+
+    # verify's reference, from the same files: the same rows
+    rows, bad = verify.bronze_reference(settings, "events")
+    assert list(rows[["event_id", "user_id", "_rescued"]].itertuples(index=False, name=None)) == [
+        ("y1", 1, False),
+        ("y9999", 1, False),
+        ("inf", 1, True),
+        ("ok", 1, False),
+        ("bom", 1, False),
+        ("gz", 1, False),
+    ]
+    assert [str(t.tz_localize(None)) for t in rows["event_time"]] == [
+        "0001-01-01 00:00:00",
+        "9999-12-31 23:59:59",
+        *[t0] * 4,
+    ]
+    assert [(r.raw, r.reason) for r in bad.itertuples()] == [(q.raw, q.reason) for q in quarantined]
 
 
 def test_rerun_adds_only_the_new_lines(spark, settings, store):
