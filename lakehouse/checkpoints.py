@@ -58,6 +58,12 @@ def committed_batches(checkpoint: Path) -> list[int]:
     return sorted(_batch_files(checkpoint / "commits"))
 
 
+def planned_batches(checkpoint: Path) -> list[int]:
+    """The ids of the micro-batches the checkpoint's offset log holds (planned, committed or
+    not), ascending."""
+    return sorted(_batch_files(checkpoint / "offsets"))
+
+
 def copy_with_batch_pending(checkpoint: Path, batch: int, target: Path) -> None:
     """Copy ``checkpoint`` to ``target`` and drop the copy's log from ``batch`` on: its offsets
     after ``batch`` and its commits from ``batch`` on. A query started on the copy then runs

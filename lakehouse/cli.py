@@ -151,7 +151,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from lakehouse.runner import RunStopped, declared_layers, layer_flows, run_layers
+    from lakehouse.runner import (
+        RunStopped,
+        declared_layers,
+        layer_flows,
+        run_layers,
+        stop_on_signals,
+    )
 
     extra: dict[str, Any] = {}
     if args.trigger:
@@ -163,9 +169,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     for layer in layers:
         layer_flows(layer)  # an unknown layer fails before Spark starts
     stopped = None
-    with spark_session(settings, f"lakehouse-{args.layer}") as spark:
+    # signals are counted from here on: one during Spark's start-up stops the run before any
+    # flow starts, one after the flows ended (while Spark shuts down) is not fatal: the run is
+    # done, and Python's default would kill it amid the JVM's shutdown traces
+    with stop_on_signals() as stop, spark_session(settings, f"lakehouse-{args.layer}") as spark:
         try:
-            reports = run_layers(spark, settings, layers)
+            reports = run_layers(spark, settings, layers, stop=stop)
         except RunStopped as exc:  # a signal is how continuous mode ends, not available-now
             reports, stopped = exc.reports, exc
     for r in reports:
@@ -480,6 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from lakehouse.cluster import ClusterError
     from lakehouse.generate import GenerateError
     from lakehouse.javacheck import JavaError
+    from lakehouse.locks import FlowRunning
     from lakehouse.runner import FlowFailed, MissingInput, UnknownLayer
     from lakehouse.sql import SqlError
     from lakehouse.state import NoState
@@ -509,6 +519,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         NoState,
         ClusterError,
         NativeUnavailable,
+        FlowRunning,
     ) as exc:  # bad input or configuration: exit 2
         print(f"lakehouse: error: {exc}", file=sys.stderr)
         return 2

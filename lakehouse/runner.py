@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from lakehouse import checkpoints
 from lakehouse.flows import Flow, Input, LandingInput, TableInput
+from lakehouse.locks import flow_locks
 from lakehouse.monitoring import ProgressRecorder, record_runs, recorded_batches
 from lakehouse.settings import Settings, split_table_name
 from lakehouse.storage import table_store, trigger_kwargs
@@ -459,11 +460,12 @@ class StopRequest:
 
 
 @contextlib.contextmanager
-def stop_on_signals():
-    """A :class:`StopRequest` counting SIGINT and SIGTERM for the block (the handlers before it
-    come back after). Outside the main thread, where Python cannot set handlers, it counts
-    nothing and the signals act as before."""
-    request = StopRequest()
+def stop_on_signals(request: StopRequest | None = None):
+    """A :class:`StopRequest` (``request``, or a new one) counting SIGINT and SIGTERM for the
+    block (the handlers before it come back after: PySpark's own SIGINT handler, set when its
+    context starts, cancels every job). Outside the main thread, where Python cannot set
+    handlers, it counts nothing and the signals act as before."""
+    request = request or StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield request
         return
@@ -486,10 +488,22 @@ def run_flows(
     """Start ``flows`` together and wait: until they are done (available-now), or until one
     fails or the user interrupts (continuous). A failure stops the other flows and raises
     :class:`FlowFailed` naming the flow. SIGINT and SIGTERM stop the flows after their
-    current micro-batch (see :class:`StopRequest`; ``stop`` when the caller counts them)."""
-    if stop is None:
-        with stop_on_signals() as own:
-            return run_flows(spark, settings, flows, out=out, stop=own)
+    current micro-batch (see :class:`StopRequest`; ``stop`` when the caller counts them).
+    A flow another run is running is refused before any query starts (:mod:`lakehouse.locks`)."""
+    with flow_locks([(f.name, settings.checkpoint_path(f.layer, f.flow)) for f in flows]):
+        if stop is None:
+            with stop_on_signals() as own:
+                return _run_flows(spark, settings, flows, out, own)
+        return _run_flows(spark, settings, flows, out, stop)
+
+
+def _run_flows(
+    spark: SparkSession,
+    settings: Settings,
+    flows: Sequence[Flow],
+    out: TextIO | None,
+    stop: StopRequest,
+) -> list[FlowReport]:
     out = out or sys.stderr
     store = table_store(spark, settings)
     listener = _progress_listener(spark, out, ProgressRecorder(settings))
@@ -520,6 +534,7 @@ def run_flows(
         return True
 
     recorded = _recorded(settings, flows)
+    quiet = False  # Spark's log is off while the flows stop (see _quiet_spark)
     try:
         for flow in flows:
             if stop.requested:  # the flows not started yet stay so
@@ -549,11 +564,14 @@ def run_flows(
                 file=out,
                 flush=True,
             )
+            quiet = quiet or _quiet_spark(spark)
             run.stopped = _stop_between_batches(queries, stop)
     except KeyboardInterrupt:  # outside the main thread no handler counts the signal
         stop.signals += 1
         print("interrupted: stopping the flows", file=out)
     finally:
+        if stop.requested:
+            quiet = quiet or _quiet_spark(spark)
         for name, query in queries.items():
             if query.isActive:
                 if stop.requested:
@@ -565,15 +583,13 @@ def run_flows(
             if not listener.wait_for(str(query.runId)):
                 log.warning("the progress of %s may not all be recorded yet", query.name)
         reports = _reports(settings, attempts, started)
+        if quiet:
+            spark.sparkContext.setLogLevel(settings.log_level)
         for report in (r for r in reports if r.flow in run.stopped):
             report.stopped = True
-            if report.error:  # the stop cut a micro-batch that had just begun: not a failure
-                print(
-                    f"flow {report.flow}: stopped in a micro-batch, which its next run repeats "
-                    f"({report.error})",
-                    file=out,
-                )
-                report.error = None
+            report.error = None  # the stop cut a micro-batch that had just begun: not a failure
+            flow = by_name[report.flow]
+            print(_where_stopped(flow, settings.checkpoint_path(flow.layer, flow.flow)), file=out)
         run.record(queries, reports)
     failed = [r for r in reports if r.error]
     if failed:
@@ -753,6 +769,30 @@ def _batch_id(query: StreamingQuery) -> int | None:
     return None if progress is None else progress["batchId"]
 
 
+def _quiet_spark(spark: SparkSession) -> bool:
+    """Turn Spark's log off while flows stop on request: a query stopped in the first moments
+    of its next micro-batch has its tasks killed and its offset write interrupted, and Spark
+    logs each as a warning or error with a stack trace, although nothing failed (the next run
+    repeats that batch). The runner prints one line per flow instead (:func:`_where_stopped`);
+    a query that did fail still reports its error. True, to be restored."""
+    spark.sparkContext.setLogLevel("OFF")
+    return True
+
+
+def _where_stopped(flow: Flow, checkpoint: Path) -> str:
+    """One line: up to which micro-batch a stopped flow committed, and what its next run does."""
+    committed = checkpoints.committed_batches(checkpoint)
+    planned = checkpoints.planned_batches(checkpoint)
+    done = f"micro-batch {committed[-1]}" if committed else "no micro-batch"
+    pending = [n for n in planned if not committed or n > committed[-1]]
+    if pending:
+        return (
+            f"flow {flow.name}: stopped with {done} committed; micro-batch {pending[-1]} had "
+            "begun, and its next run repeats it"
+        )
+    return f"flow {flow.name}: stopped with {done} committed; its next run goes on from there"
+
+
 def _stop_between_batches(
     queries: dict[str, StreamingQuery], stop: StopRequest, poll_s: float = 0.05
 ) -> set[str]:
@@ -779,15 +819,21 @@ def _stop_between_batches(
 
 
 def run_layers(
-    spark: SparkSession, settings: Settings, layers: Sequence[str], *, out: TextIO | None = None
+    spark: SparkSession,
+    settings: Settings,
+    layers: Sequence[str],
+    *,
+    out: TextIO | None = None,
+    stop: StopRequest | None = None,
 ) -> list[FlowReport]:
     """Run layers in pipeline order. In available-now mode each layer finishes before the next
     starts; in continuous mode all of their flows run together. SIGINT or SIGTERM ends
     continuous mode; in available-now mode it raises :class:`RunStopped` if it cut the run
-    short (the next layers would read what this one did not finish)."""
+    short (the next layers would read what this one did not finish). ``stop``: when the
+    caller counts the signals."""
     ordered = [layer for layer in PIPELINE if layer in layers]
     flows = {layer: layer_flows(layer) for layer in ordered}
-    with stop_on_signals() as stop:
+    with stop_on_signals(stop) as stop:
         if settings.trigger.mode == "continuous":
             every = [f for layer in ordered for f in flows[layer]]
             return run_flows(spark, settings, every, out=out, stop=stop)

@@ -1,0 +1,73 @@
+"""One run per flow and lake: a second ``lakehouse run`` of a flow that is running is refused
+before any query starts, in one line naming the flow, the process and since when it runs.
+
+Each flow of a run holds an exclusive ``flock`` on ``checkpoints/<layer>/<flow>.lock`` while
+it runs. The operating system releases it when the process ends, however it ends, so a run
+killed with ``kill -9`` leaves nothing that blocks the next one. (Spark itself would let the
+second query start and then fail it with ``CONCURRENT_STREAM_LOG_UPDATE``.) The lock is as
+good as the file system's ``flock``: local disks, and the shared folder of a cluster whose
+driver runs on one machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import socket
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+
+class FlowRunning(RuntimeError):
+    """Another run of the flow holds its lock."""
+
+
+def lock_path(checkpoint: Path) -> Path:
+    return checkpoint.parent / f"{checkpoint.name}.lock"
+
+
+@contextlib.contextmanager
+def flow_locks(flows: Sequence[tuple[str, Path]]) -> Iterator[None]:
+    """Hold the lock of every (flow name, checkpoint) for the block; raise
+    :class:`FlowRunning` (holding none) when another run holds one."""
+    held: list[int] = []
+    try:
+        for name, checkpoint in flows:
+            held.append(_acquire(name, lock_path(checkpoint)))
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def _acquire(name: str, path: Path) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(fd)
+        os.close(fd)
+        raise FlowRunning(
+            f"flow {name} is already running on this lake ({holder}); wait for that run to "
+            "end, or stop it, before starting another"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    since = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "since": since}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(record).encode(), 0)
+    return fd
+
+
+def _holder(fd: int) -> str:
+    try:
+        record = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return f"process {record['pid']} on {record['host']}, since {record['since']}"
+    except (ValueError, KeyError, OSError):
+        return "a process that has not said which yet"

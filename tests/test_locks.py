@@ -1,0 +1,66 @@
+"""One run per flow and lake: a second run of a running flow is refused before any query
+starts, naming the flow, the process and since when; a run killed with kill -9 blocks nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+from pyspark.sql import functions as F
+
+from lakehouse.flows import Flow, LandingInput, Output
+from lakehouse.locks import FlowRunning
+from lakehouse.runner import run_flows
+
+
+def _probe() -> Flow:
+    def transform(lines):
+        return lines.select(F.from_json("value", "id string").alias("r")).select("r.*")
+
+    return Flow(
+        name="gold.lock_probe",
+        inputs=(LandingInput("probe"),),
+        transform=transform,
+        outputs=(Output("gold.lock_probe"),),
+    )
+
+
+def test_a_second_run_is_refused_and_a_killed_run_blocks_nothing(spark, settings, store):
+    folder = settings.landing_path("probe")
+    folder.mkdir(parents=True)
+    (folder / "probe-000000.json").write_text(json.dumps({"id": "a"}) + "\n")
+    checkpoint = settings.checkpoint_path("gold", "lock_probe")
+    # another process runs the flow (holds its lock), until it is killed
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from lakehouse.locks import flow_locks\n"
+            f"with flow_locks([('gold.lock_probe', Path({str(checkpoint)!r}))]):\n"
+            "    print('held', flush=True); time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(FlowRunning) as refused:
+            run_flows(spark, settings, [_probe()], out=io.StringIO())
+        assert re.fullmatch(
+            rf"flow gold\.lock_probe is already running on this lake \(process {holder.pid} on "
+            rf"{re.escape(socket.gethostname())}, since \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC\); "
+            r"wait for that run to end, or stop it, before starting another",
+            str(refused.value),
+        )
+        assert spark.streams.active == []
+        assert not store.exists("gold.lock_probe")  # no query started
+    finally:
+        holder.kill()  # SIGKILL: no clean-up of its own
+        holder.wait()
+    run_flows(spark, settings, [_probe()], out=io.StringIO())
+    assert [r.id for r in store.read("gold.lock_probe").collect()] == ["a"]
