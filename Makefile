@@ -16,7 +16,7 @@ AIRFLOW_VENV := .venv-airflow
 AIRFLOW_VERSION := 3.3.2
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 
-.PHONY: setup jars airflow-setup scheduler demo test test-slow test-e2e test-faults test-all lint bench bench-storage check-java clean
+.PHONY: setup jars airflow-setup scheduler demo test test-slow test-e2e test-faults test-matrix test-all lint bench bench-storage check-java clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 1; }
@@ -74,7 +74,7 @@ demo: setup check-java
 	$(BIN)/lakehouse demo --root $(ROOT)
 
 test: setup check-java
-	$(BIN)/pytest -m "not slow and not e2e and not faults" -q $(DURATIONS)
+	$(BIN)/pytest -m "not slow and not e2e and not faults and not matrix" -q $(DURATIONS)
 
 test-slow: setup check-java
 	$(BIN)/pytest -m "slow" -q $(DURATIONS)
@@ -84,6 +84,9 @@ test-e2e: setup check-java airflow-setup
 
 test-faults: setup check-java
 	$(BIN)/pytest -m "faults" -q $(DURATIONS)
+
+test-matrix: setup check-java
+	$(BIN)/pytest -m "matrix" -q $(DURATIONS)
 
 test-all: setup check-java airflow-setup
 	$(BIN)/pytest -q $(DURATIONS)
