@@ -64,6 +64,21 @@ def planned_batches(checkpoint: Path) -> list[int]:
     return sorted(_batch_files(checkpoint / "offsets"))
 
 
+def is_no_data_batch(checkpoint: Path, batch: int) -> bool | None:
+    """Whether micro-batch ``batch`` reads nothing: its source offsets are those of the batch
+    before it (a batch run only to apply a new watermark). None while it is not planned yet."""
+    here = checkpoint / "offsets" / str(batch)
+    before = checkpoint / "offsets" / str(batch - 1)
+    try:
+        planned = here.read_text().split("\n")[2:]
+    except FileNotFoundError:
+        return None
+    try:
+        return batch > 0 and planned == before.read_text().split("\n")[2:]
+    except FileNotFoundError:
+        return False
+
+
 def copy_with_batch_pending(checkpoint: Path, batch: int, target: Path) -> None:
     """Copy ``checkpoint`` to ``target`` and drop the copy's log from ``batch`` on: its offsets
     after ``batch`` and its commits from ``batch`` on. A query started on the copy then runs

@@ -565,7 +565,11 @@ def _run_flows(
                 flush=True,
             )
             quiet = quiet or _quiet_spark(spark)
-            run.stopped = _stop_between_batches(queries, stop)
+            run.stopped = _stop_between_batches(
+                queries,
+                stop,
+                {f.name: settings.checkpoint_path(f.layer, f.flow) for f in flows},
+            )
     except KeyboardInterrupt:  # outside the main thread no handler counts the signal
         stop.signals += 1
         print("interrupted: stopping the flows", file=out)
@@ -794,22 +798,44 @@ def _where_stopped(flow: Flow, checkpoint: Path) -> str:
 
 
 def _stop_between_batches(
-    queries: dict[str, StreamingQuery], stop: StopRequest, poll_s: float = 0.05
+    queries: dict[str, StreamingQuery],
+    stop: StopRequest,
+    checkpoints_of: dict[str, Path],
+    poll_s: float = 0.05,
+    no_data_wait_s: float = 60.0,
 ) -> set[str]:
     """Stop each active query once the micro-batch it was in when asked has committed: when
-    no trigger is active, or its last progress is of a later batch than then. A query whose
-    next micro-batch began meanwhile is stopped in that batch's first moments, which its
+    no trigger is active, or its last progress is of a later batch than then. A stateful query
+    often begins a no-data micro-batch at once after a batch that moved its watermark: that
+    one (it takes seconds) is let finish too, for up to ``no_data_wait_s``. A query whose next
+    micro-batch with data began meanwhile is stopped in that batch's first moments, which its
     restart repeats from the checkpoint (Spark has no way to stop a query between two
-    micro-batches that follow each other at once). Returns the flows it stopped; one that
-    ended by itself meanwhile is not among them. The rest at once on a second signal."""
+    micro-batches that follow each other at once; cutting one inside its foreachBatch can
+    also make Spark's own check of the interruption overflow its stack on the long Python
+    error). Returns the flows it stopped; one that ended by itself meanwhile is not among
+    them. The rest at once on a second signal."""
     running = {name: _batch_id(query) for name, query in queries.items() if query.isActive}
+    committed: dict[str, int] = {}  # the batch each was in when asked, once it committed
     stopped: set[str] = set()
+    deadline = time.monotonic() + no_data_wait_s
     while running and not stop.at_once:
         for name in list(running):
             query = queries[name]
             with contextlib.suppress(Exception):  # a query that ended meanwhile
                 if query.isActive:
-                    if query.status["isTriggerActive"] and _batch_id(query) == running[name]:
+                    active = query.status["isTriggerActive"]
+                    last = _batch_id(query)
+                    if active and last == running[name]:
+                        continue
+                    committed.setdefault(name, last)
+                    if (
+                        active
+                        and last == committed[name]
+                        and time.monotonic() < deadline
+                        # (None: being planned, in the moment between the two batches)
+                        and checkpoints.is_no_data_batch(checkpoints_of[name], last + 1)
+                        is not False
+                    ):
                         continue
                     stopped.add(name)
                     query.stop()
