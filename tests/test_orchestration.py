@@ -157,7 +157,13 @@ def _read(settings, name: str) -> pd.DataFrame:
 
 
 def test_airflow_dags_test_runs_the_pipeline_and_maintenance(airflow_env):
-    env = {**airflow_env, "LAKEHOUSE_SCHEDULER__GENERATE_EVENTS": "2000"}
+    env = {
+        **airflow_env,
+        "LAKEHOUSE_SCHEDULER__GENERATE_EVENTS": "2000",
+        # bronze writes a micro-batch in files of 500 rows: small files for the maintenance
+        # DAG to compact (by default this one would fit in a single file)
+        "LAKEHOUSE_WRITE__ROWS_PER_FILE": "500",
+    }
     settings = load_settings("test", env=env)
     _dags_test(env, "lakehouse_pipeline")
 
