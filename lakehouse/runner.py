@@ -490,17 +490,19 @@ def run_flows(
     :class:`FlowFailed` naming the flow. SIGINT and SIGTERM stop the flows after their
     current micro-batch (see :class:`StopRequest`; ``stop`` when the caller counts them).
     A flow another run is running is refused before any query starts (:mod:`lakehouse.locks`)."""
-    with flow_locks([(f.name, settings.checkpoint_path(f.layer, f.flow)) for f in flows]):
+    checkpoint_of = {f.name: settings.checkpoint_path(f.layer, f.flow) for f in flows}
+    with flow_locks(list(checkpoint_of.items())):
         if stop is None:
             with stop_on_signals() as own:
-                return _run_flows(spark, settings, flows, out, own)
-        return _run_flows(spark, settings, flows, out, stop)
+                return _run_flows(spark, settings, flows, checkpoint_of, out, own)
+        return _run_flows(spark, settings, flows, checkpoint_of, out, stop)
 
 
 def _run_flows(
     spark: SparkSession,
     settings: Settings,
     flows: Sequence[Flow],
+    checkpoint_of: dict[str, Path],
     out: TextIO | None,
     stop: StopRequest,
 ) -> list[FlowReport]:
@@ -565,11 +567,7 @@ def _run_flows(
                 flush=True,
             )
             quiet = quiet or _quiet_spark(spark)
-            run.stopped = _stop_between_batches(
-                queries,
-                stop,
-                {f.name: settings.checkpoint_path(f.layer, f.flow) for f in flows},
-            )
+            run.stopped = _stop_between_batches(queries, stop, checkpoint_of)
     except KeyboardInterrupt:  # outside the main thread no handler counts the signal
         stop.signals += 1
         print("interrupted: stopping the flows", file=out)
@@ -592,8 +590,7 @@ def _run_flows(
         for report in (r for r in reports if r.flow in run.stopped):
             report.stopped = True
             report.error = None  # the stop cut a micro-batch that had just begun: not a failure
-            flow = by_name[report.flow]
-            print(_where_stopped(flow, settings.checkpoint_path(flow.layer, flow.flow)), file=out)
+            print(_where_stopped(report.flow, checkpoint_of[report.flow]), file=out)
         run.record(queries, reports)
     failed = [r for r in reports if r.error]
     if failed:
@@ -783,7 +780,7 @@ def _quiet_spark(spark: SparkSession) -> bool:
     return True
 
 
-def _where_stopped(flow: Flow, checkpoint: Path) -> str:
+def _where_stopped(flow: str, checkpoint: Path) -> str:
     """One line: up to which micro-batch a stopped flow committed, and what its next run does."""
     committed = checkpoints.committed_batches(checkpoint)
     planned = checkpoints.planned_batches(checkpoint)
@@ -791,10 +788,10 @@ def _where_stopped(flow: Flow, checkpoint: Path) -> str:
     pending = [n for n in planned if not committed or n > committed[-1]]
     if pending:
         return (
-            f"flow {flow.name}: stopped with {done} committed; micro-batch {pending[-1]} had "
+            f"flow {flow}: stopped with {done} committed; micro-batch {pending[-1]} had "
             "begun, and its next run repeats it"
         )
-    return f"flow {flow.name}: stopped with {done} committed; its next run goes on from there"
+    return f"flow {flow}: stopped with {done} committed; its next run goes on from there"
 
 
 def _stop_between_batches(

@@ -269,16 +269,20 @@ def _times(values: pd.Series) -> pd.Series:
 def _nanoseconds(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     """``frame`` with its times in nanoseconds again, as the silver and gold references use
     them (the quality rules quarantine the times beyond pandas' range)."""
-    out = frame.copy()
-    for name in out.columns:
-        if isinstance(out[name].dtype, pd.DatetimeTZDtype) and out[name].dtype.unit != "ns":
-            try:
-                out[name] = out[name].astype("datetime64[ns, UTC]")
-            except (pd.errors.OutOfBoundsDatetime, OverflowError):
-                raise VerifyError(
-                    f"{table}: a kept {name} is outside the years 1678 to 2261, which verify "
-                    "cannot compute with; add a quality rule that quarantines such times"
-                ) from None
+    wider = [
+        name
+        for name, dtype in frame.dtypes.items()
+        if isinstance(dtype, pd.DatetimeTZDtype) and dtype.unit != "ns"
+    ]
+    out = frame.copy() if wider else frame  # (only a lake with such times pays for the copy)
+    for name in wider:
+        try:
+            out[name] = out[name].astype("datetime64[ns, UTC]")
+        except (pd.errors.OutOfBoundsDatetime, OverflowError):
+            raise VerifyError(
+                f"{table}: a kept {name} is outside the years 1678 to 2261, which verify "
+                "cannot compute with; add a quality rule that quarantines such times"
+            ) from None
     return out
 
 

@@ -4,36 +4,28 @@ starts, naming the flow, the process and since when; a run killed with kill -9 b
 from __future__ import annotations
 
 import io
-import json
 import re
 import socket
 import subprocess
 import sys
 
 import pytest
+from probe_flows import probe_flow, write_probe
 from pyspark.sql import functions as F
 
-from lakehouse.flows import Flow, LandingInput, Output
 from lakehouse.locks import FlowRunning
 from lakehouse.runner import run_flows
 
 
-def _probe() -> Flow:
+def _probe():
     def transform(lines):
         return lines.select(F.from_json("value", "id string").alias("r")).select("r.*")
 
-    return Flow(
-        name="gold.lock_probe",
-        inputs=(LandingInput("probe"),),
-        transform=transform,
-        outputs=(Output("gold.lock_probe"),),
-    )
+    return probe_flow("gold.lock_probe", transform)
 
 
 def test_a_second_run_is_refused_and_a_killed_run_blocks_nothing(spark, settings, store):
-    folder = settings.landing_path("probe")
-    folder.mkdir(parents=True)
-    (folder / "probe-000000.json").write_text(json.dumps({"id": "a"}) + "\n")
+    write_probe(settings, [{"id": "a"}])
     checkpoint = settings.checkpoint_path("gold", "lock_probe")
     # another process runs the flow (holds its lock), until it is killed
     holder = subprocess.Popen(

@@ -4,12 +4,11 @@ flow and the way out (a new checkpoint), not a stack trace from deep inside the 
 from __future__ import annotations
 
 import io
-import json
 
 import pytest
+from probe_flows import probe_flow, write_probe
 from pyspark.sql import functions as F
 
-from lakehouse.flows import Flow, LandingInput, Output
 from lakehouse.runner import FlowFailed, run_flows
 
 LINES = [
@@ -19,31 +18,24 @@ LINES = [
 ]
 
 
-def _flow(key: str) -> Flow:
+def _flow(key: str):
     def transform(lines):
         rows = lines.select(F.from_json("value", "id string, n long, t timestamp").alias("r"))
         return (
             rows.select("r.*").withWatermark("t", "10 minutes").dropDuplicatesWithinWatermark([key])
         )
 
-    return Flow(
-        name="gold.restart_probe",
-        inputs=(LandingInput("probe"),),
-        transform=transform,
-        outputs=(Output("gold.restart_probe"),),
-    )
+    return probe_flow("gold.restart_probe", transform)
 
 
 def test_a_changed_state_schema_names_the_flow_and_the_way_out(spark, settings, store):
-    folder = settings.landing_path("probe")
-    folder.mkdir(parents=True)
-    (folder / "probe-000000.json").write_text("".join(json.dumps(r) + "\n" for r in LINES))
+    write_probe(settings, LINES)
     run_flows(spark, settings, [_flow("id")], out=io.StringIO())
     assert sorted(store.read("gold.restart_probe").select("id").toPandas()["id"]) == ["a", "b"]
 
     # the deduplication key changes from id (a string) to n (a long): the state stored per id
     # cannot serve the new query
-    (folder / "probe-000001.json").write_text(json.dumps(LINES[0] | {"id": "c"}) + "\n")
+    write_probe(settings, [LINES[0] | {"id": "c"}], "probe-000001.json")
     checkpoint = settings.checkpoint_path("gold", "restart_probe")
     with pytest.raises(FlowFailed) as failed:
         run_flows(spark, settings, [_flow("n")], out=io.StringIO())
@@ -57,7 +49,7 @@ def test_a_changed_state_schema_names_the_flow_and_the_way_out(spark, settings, 
     )
 
 
-def _windows_flow() -> Flow:
+def _windows_flow():
     def transform(lines):
         rows = lines.select(F.from_json("value", "id string, n long, t timestamp").alias("r"))
         return (
@@ -68,12 +60,7 @@ def _windows_flow() -> Flow:
             .select(F.col("window.start").alias("start"), "count")
         )
 
-    return Flow(
-        name="gold.windows_probe",
-        inputs=(LandingInput("probe"),),
-        transform=transform,
-        outputs=(Output("gold.windows_probe"),),
-    )
+    return probe_flow("gold.windows_probe", transform)
 
 
 def test_a_no_data_batch_a_stop_took_away_runs_on_the_next_start(spark, settings, store):
@@ -85,11 +72,9 @@ def test_a_no_data_batch_a_stop_took_away_runs_on_the_next_start(spark, settings
 
     from lakehouse import checkpoints
 
-    folder = settings.landing_path("probe")
-    folder.mkdir(parents=True)
     times = ["2026-01-05T10:00:00Z", "2026-01-05T10:06:00Z", "2026-01-05T10:31:00Z"]
     lines = [{"id": str(i), "n": i, "t": t} for i, t in enumerate(times)]
-    (folder / "probe-000000.json").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    write_probe(settings, lines)
     run_flows(spark, settings, [_windows_flow()], out=io.StringIO())
     expected = [(dt.datetime(2026, 1, 5, 10, 0), 1), (dt.datetime(2026, 1, 5, 10, 5), 1)]
     assert sorted(tuple(r) for r in store.read("gold.windows_probe").collect()) == expected
