@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lakehouse.errors import LakehouseError
+from lakehouse.session import spark_session
 from lakehouse.settings import Settings, SettingsError, load_settings
 
 
@@ -60,23 +61,6 @@ def cmd_maintain(args: argparse.Namespace) -> int:
             f"{r.files_before:>4} -> {r.files_after:<4} {r.files_compacted:>10} {r.files_vacuumed:>9}"
         )
     return 0
-
-
-@contextlib.contextmanager
-def spark_session(settings: Settings, app_name: str, extra_conf: dict[str, str] | None = None):
-    """The session for one command; stopped at the end when the command started it (so the
-    last progress events reach their listeners before the process exits)."""
-    from pyspark.sql import SparkSession
-
-    from lakehouse.session import build_session
-
-    owned = SparkSession.getActiveSession() is None
-    spark = build_session(settings, app_name=app_name, extra_conf=extra_conf)
-    try:
-        yield spark
-    finally:
-        if owned:
-            spark.stop()
 
 
 def _non_negative_int(text: str) -> int:
@@ -227,13 +211,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from lakehouse.verify import VerifyError, run_verify
+    from lakehouse.verify import run_verify
 
-    try:
-        return run_verify(settings_from_args(args))
-    except VerifyError as exc:
-        print(f"lakehouse: error: {exc}", file=sys.stderr)
-        return 2
+    return run_verify(settings_from_args(args))
 
 
 def cmd_state(args: argparse.Namespace) -> int:
@@ -486,43 +466,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from lakehouse.cluster import ClusterError
-    from lakehouse.generate import GenerateError
-    from lakehouse.javacheck import JavaError
-    from lakehouse.locks import FlowRunning
-    from lakehouse.runner import FlowFailed, MissingInput, UnknownLayer
-    from lakehouse.sql import SqlError
-    from lakehouse.state import NoState
-    from lakehouse.storage import (
-        NativeUnavailable,
-        SchemaMismatch,
-        TableNotFound,
-        UnsupportedChange,
-    )
-
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except FlowFailed as exc:  # the run itself failed: exit 1, as a scheduler expects
+    except LakehouseError as exc:  # bad input or configuration (2), a failed run (1)
         print(f"lakehouse: error: {exc}", file=sys.stderr)
-        return 1
-    except (
-        MissingInput,
-        UnknownLayer,
-        SettingsError,
-        GenerateError,
-        JavaError,
-        TableNotFound,
-        SchemaMismatch,
-        UnsupportedChange,
-        SqlError,
-        NoState,
-        ClusterError,
-        NativeUnavailable,
-        FlowRunning,
-    ) as exc:  # bad input or configuration: exit 2
-        print(f"lakehouse: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
 
 
 if __name__ == "__main__":

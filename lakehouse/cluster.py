@@ -23,12 +23,13 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
 
 PACKAGES = ("lakehouse", "bronze", "silver", "gold")
 
 
-class ClusterError(RuntimeError):
+class ClusterError(LakehouseError, RuntimeError):
     """The cluster could not be started, reached or stopped."""
 
 

@@ -16,7 +16,7 @@ from lakehouse.settings import Settings
 
 
 def run_demo(settings: Settings, events: int = 100_000) -> int:
-    from lakehouse.cli import spark_session
+    from lakehouse.session import spark_session
     from lakehouse.storage import table_store
 
     with spark_session(settings, "lakehouse-demo") as spark:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lakehouse.errors import LakehouseError
 from lakehouse.progress import Progress
 from lakehouse.settings import Settings, duration_seconds
 
@@ -70,7 +71,7 @@ EVENTS_PER_USER = 100
 FOLLOW_CHUNK_S = 60.0  # event time built at once by follow()
 
 
-class GenerateError(ValueError):
+class GenerateError(LakehouseError, ValueError):
     """Bad generator arguments or an unusable landing folder."""
 
 

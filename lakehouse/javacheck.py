@@ -7,10 +7,12 @@ import re
 import shutil
 import subprocess
 
+from lakehouse.errors import LakehouseError
+
 MIN_JAVA = 17
 
 
-class JavaError(RuntimeError):
+class JavaError(LakehouseError, RuntimeError):
     """Java is missing or too old to run Spark."""
 
 

@@ -20,8 +20,10 @@ import socket
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from lakehouse.errors import LakehouseError
 
-class FlowRunning(RuntimeError):
+
+class FlowRunning(LakehouseError, RuntimeError):
     """Another run of the flow holds its lock."""
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.settings import LAYERS, Settings
 from lakehouse.storage import deltafiles as dfiles
+from lakehouse.storage.deltafiles import TableNotFound
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -170,7 +171,7 @@ def maintain(
     if tables:
         missing = [t for t in tables if t not in found]
         if missing:
-            raise ValueError(
+            raise TableNotFound(
                 f"no such table(s) {', '.join(missing)} under {settings.root}; "
                 f"found: {', '.join(found) or 'none'}"
             )

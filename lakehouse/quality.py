@@ -30,6 +30,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lakehouse.errors import LakehouseError
 from lakehouse.settings import duration_seconds
 
 if TYPE_CHECKING:
@@ -40,12 +41,14 @@ ACTIONS = ("warn", "drop", "fail")
 FAILED = "_failed_rules"  # array of the names of the rules a row breaks
 
 
-class RuleError(ValueError):
+class RuleError(LakehouseError, ValueError):
     """A rules file that cannot be used."""
 
 
-class QualityFailure(RuntimeError):
-    """A ``fail`` rule found rows that break it."""
+class QualityFailure(LakehouseError, RuntimeError):
+    """A ``fail`` rule found rows that break it: the run failed (exit code 1)."""
+
+    exit_code = 1
 
     def __init__(self, rule: str, table: str, count: int):
         self.rule, self.table, self.count = rule, table, count

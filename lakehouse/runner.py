@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from lakehouse import checkpoints
+from lakehouse.errors import LakehouseError
 from lakehouse.flows import Flow, Input, LandingInput, TableInput
 from lakehouse.locks import flow_locks
 from lakehouse.monitoring import ProgressRecorder, record_runs, recorded_batches
@@ -41,15 +42,18 @@ log = logging.getLogger(__name__)
 PIPELINE = ("bronze", "silver", "gold")
 
 
-class FlowFailed(RuntimeError):
-    """A streaming query of a flow stopped with an error."""
+class FlowFailed(LakehouseError, RuntimeError):
+    """A streaming query of a flow stopped with an error: exit code 1, as a scheduler expects
+    of a run that failed."""
+
+    exit_code = 1
 
 
-class UnknownLayer(ValueError):
+class UnknownLayer(LakehouseError, ValueError):
     """A layer that does not exist or declares no flows."""
 
 
-class MissingInput(FileNotFoundError):
+class MissingInput(LakehouseError, FileNotFoundError):
     """A flow's input (landing folder or table) does not exist."""
 
 

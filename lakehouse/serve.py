@@ -25,7 +25,7 @@ SERVER_CONF = {
 
 
 def serve_sql(settings: Settings) -> int:
-    from lakehouse.cli import spark_session
+    from lakehouse.session import spark_session
     from lakehouse.sql import register_tables
 
     stop = threading.Event()

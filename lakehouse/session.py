@@ -3,6 +3,7 @@ creates a session at import time."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -148,3 +149,18 @@ def _launch_jvm_apart(conf: dict[str, str]) -> None:
     # what SparkContext does with no gateway yet, plus the session of its own
     SparkContext._gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
     SparkContext._jvm = SparkContext._gateway.jvm
+
+
+@contextlib.contextmanager
+def spark_session(settings: Settings, app_name: str, extra_conf: dict[str, str] | None = None):
+    """The session for one command; stopped at the end when the command started it (so the
+    last progress events reach their listeners before the process exits)."""
+    from pyspark.sql import SparkSession
+
+    owned = SparkSession.getActiveSession() is None
+    spark = build_session(settings, app_name=app_name, extra_conf=extra_conf)
+    try:
+        yield spark
+    finally:
+        if owned:
+            spark.stop()

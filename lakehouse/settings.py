@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
+from lakehouse.errors import LakehouseError
+
 LAYERS = ("bronze", "silver", "gold", "ops")
 BACKENDS = ("embedded", "native")
 TRIGGERS = ("available-now", "continuous")
@@ -30,7 +32,7 @@ _DURATION = re.compile(r"^\s*(\d+)\s*(second|minute|hour|day)s?\s*$")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-class SettingsError(ValueError):
+class SettingsError(LakehouseError, ValueError):
     """A setting is unknown, missing or has a value outside what is allowed."""
 
 

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from lakehouse.errors import LakehouseError
 from lakehouse.maintain import lake_tables
 from lakehouse.settings import Settings
 from lakehouse.text import aligned
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 FORMATS = ("table", "csv", "json")
 
 
-class SqlError(ValueError):
+class SqlError(LakehouseError, ValueError):
     """A statement Spark could not analyse or run: its own message, on one line."""
 
 

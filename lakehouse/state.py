@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
+from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings, split_table_name
 from lakehouse.text import aligned
 
@@ -25,7 +26,7 @@ SKEW_WARNING = 10.0
 _PROCESSORS = ("transformWithStateExec", "transformWithStateInPandasExec")
 
 
-class NoState(ValueError):
+class NoState(LakehouseError, ValueError):
     """A flow that has no checkpoint or no stateful operator."""
 
 

@@ -49,6 +49,7 @@ import numpy as np
 import pandas as pd
 
 from lakehouse import oracle
+from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings, duration_seconds
 from lakehouse.status import read_table
 from lakehouse.text import aligned
@@ -97,7 +98,7 @@ _NUMBER = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$")
 _WHEN = re.compile(r"^\s*(\w+)\s*(=|<>|!=)\s*'([^']*)'\s*$")
 
 
-class VerifyError(RuntimeError):
+class VerifyError(LakehouseError, RuntimeError):
     """The lake cannot be verified (no manifest, a rule verify cannot evaluate)."""
 
 

@@ -48,8 +48,12 @@ def test_maintain_compacts_without_disturbing_a_stream(spark, store, settings, r
 
 
 def test_maintain_unknown_table(spark, settings, capsys):
-    with pytest.raises(ValueError, match=r"no such table\(s\) gold.nope"):
-        maintain(settings, ["gold.nope"], spark)
+    """A table the lake does not hold is bad input: one line on stderr, exit code 2."""
+    root = ["--root", str(settings.root), "--profile", "test"]
+    assert main(["maintain", *root, "--table", "gold.nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lakehouse: error: no such table(s) gold.nope under ")
+    assert err.count("\n") == 1
 
 
 def test_maintain_removes_the_files_of_a_write_that_never_committed(spark, store, settings):

@@ -27,6 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lakehouse.errors import LakehouseError
+
 log = logging.getLogger(__name__)
 
 STATS_STRING_PREFIX = 32  # like delta-spark: longer strings are not given a max bound
@@ -34,15 +36,15 @@ HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 MAX_COMMIT_ATTEMPTS = 20
 
 
-class TableNotFound(FileNotFoundError):
+class TableNotFound(LakehouseError, FileNotFoundError):
     """The path holds no Delta table."""
 
 
-class SchemaMismatch(ValueError):
+class SchemaMismatch(LakehouseError, ValueError):
     """Data written to a table does not have the table's columns and types."""
 
 
-class UnsupportedChange(RuntimeError):
+class UnsupportedChange(LakehouseError, RuntimeError):
     """A streaming reader met a version that rewrote or deleted data."""
 
 

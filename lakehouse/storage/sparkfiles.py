@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lakehouse.settings import SettingsError
 from lakehouse.storage import deltafiles as dfiles
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def write_parquet(
         # an explicit file: URI, so a cluster's default file system cannot take the files
         writer.save(Path(target).as_uri())
         if not os.path.exists(os.path.join(target, "_SUCCESS")):
-            raise RuntimeError(
+            raise SettingsError(
                 f"Spark reported writing {target} but the driver does not see it: the lake root "
                 "must be a file system shared by the driver and the executors"
             )

@@ -20,6 +20,7 @@ from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings, TriggerSettings, split_table_name
 from lakehouse.storage import deltafiles as dfiles
 from lakehouse.storage import timeorder
@@ -46,7 +47,7 @@ class Route(NamedTuple):
     event_time: str | None = None
 
 
-class NativeUnavailable(RuntimeError):
+class NativeUnavailable(LakehouseError, RuntimeError):
     """The native backend was chosen but delta-spark is not on the Spark classpath."""
 
 
