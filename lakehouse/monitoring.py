@@ -16,12 +16,20 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
 from lakehouse.settings import Settings
 from lakehouse.storage import deltafiles as dfiles
+
+
+class Drops(NamedTuple):
+    """Rows the stateful operators of a flow dropped: behind the watermark, or duplicates."""
+
+    late: int
+    duplicates: int
+
 
 log = logging.getLogger(__name__)
 TABLE = "ops.stream_progress"

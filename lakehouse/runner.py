@@ -27,7 +27,7 @@ from lakehouse import checkpoints
 from lakehouse.errors import LakehouseError
 from lakehouse.flows import Flow, Input, LandingInput, TableInput
 from lakehouse.locks import flow_locks
-from lakehouse.monitoring import ProgressRecorder, record_runs, recorded_batches
+from lakehouse.monitoring import Drops, ProgressRecorder, record_runs, recorded_batches
 from lakehouse.settings import Settings, split_table_name
 from lakehouse.storage import table_store, trigger_kwargs
 from lakehouse.storage.store import Route
@@ -371,12 +371,12 @@ def _replay(
     return json.loads(progress[-1].json)
 
 
-def _drops(progress: list[dict]) -> tuple[int, int]:
-    """(late rows, duplicates) the stateful operators dropped over micro-batches' progress."""
+def _drops(progress: list[dict]) -> Drops:
+    """The rows the stateful operators dropped over micro-batches' progress."""
     operators = [op for p in progress for op in (p["stateOperators"] or [])]
-    return (
-        sum(op.get("numRowsDroppedByWatermark") or 0 for op in operators),
-        sum(
+    return Drops(
+        late=sum(op.get("numRowsDroppedByWatermark") or 0 for op in operators),
+        duplicates=sum(
             (op.get("customMetrics") or {}).get("numDroppedDuplicateRows") or 0 for op in operators
         ),
     )

@@ -50,6 +50,7 @@ import pandas as pd
 
 from lakehouse import oracle
 from lakehouse.errors import LakehouseError
+from lakehouse.monitoring import Drops
 from lakehouse.settings import Settings, duration_seconds
 from lakehouse.status import read_table
 from lakehouse.text import aligned
@@ -538,14 +539,15 @@ def _late_lines(manifest: dict) -> dict[str, int]:
     return dict(late)
 
 
-def _drops(settings: Settings, flow: str) -> tuple[int, int]:
-    """(duplicates, late rows) the stateful operators of ``flow`` dropped, over every run."""
+def _drops(settings: Settings, flow: str) -> Drops:
+    """The rows the stateful operators of ``flow`` dropped, over every run."""
     progress = read_table(settings, "ops.stream_progress")
     if progress.empty:
-        return 0, 0
+        return Drops(late=0, duplicates=0)
     ops = progress[(progress["flow"] == flow) & progress["operator"].notna()]
-    return int(ops["duplicates_dropped"].fillna(0).sum()), int(
-        ops["rows_dropped_by_watermark"].fillna(0).sum()
+    return Drops(
+        late=int(ops["rows_dropped_by_watermark"].fillna(0).sum()),
+        duplicates=int(ops["duplicates_dropped"].fillna(0).sum()),
     )
 
 
@@ -595,24 +597,24 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
     check = compare("silver.events", silver_events, found_events, event_columns, ["event_id"])
     # every bronze row is kept, quarantined, or a dropped duplicate or late row, as the
     # stateful operator counted it in ops.stream_progress (invariant 1), with or without late data
-    duplicates, late_rows = _drops(settings, "silver.events")
+    drops = _drops(settings, "silver.events")
     found_quarantine = _found(settings, "silver.quarantine")
     quarantined = (
         int((found_quarantine["table"] == "silver.events").sum()) if len(found_quarantine) else 0
     )
     inputs = len(_found(settings, "bronze.events"))
-    accounted = len(found_events) + quarantined + duplicates + late_rows
+    accounted = len(found_events) + quarantined + drops.duplicates + drops.late
     check.books_ok = accounted == inputs
     check.books.append(
         f"{inputs:,} bronze rows = {len(found_events):,} kept + {quarantined:,} quarantined"
-        f" + {duplicates:,} duplicates + {late_rows:,} late"
+        f" + {drops.duplicates:,} duplicates + {drops.late:,} late"
         + ("" if accounted == inputs else f": OFF BY {inputs - accounted:,}")
     )
     if books_mode:
         # rows behind the watermark are dropped as micro-batches fall: none may be invented
-        check.books_ok = check.books_ok and len(check.missing) <= late_rows
+        check.books_ok = check.books_ok and len(check.missing) <= drops.late
         check.books.append(
-            f"{len(check.missing):,} reference rows missing, {late_rows:,} late rows dropped"
+            f"{len(check.missing):,} reference rows missing, {drops.late:,} late rows dropped"
         )
         check.note = "books (late data)"
         check.missing = []
@@ -708,7 +710,7 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
     if books_mode:
         # rows silver kept can still be behind a gold flow's own watermark in the micro-batch
         # that brings them, and then that flow drops them: gold depends on the batches too
-        late_in_gold = sum(_drops(settings, flow)[1] for flow in _gold_flows())
+        late_in_gold = sum(_drops(settings, flow).late for flow in _gold_flows())
         for check in gold:
             check.tolerated = f"late data: gold flows dropped {late_in_gold:,} late rows"
     checks.extend(gold)

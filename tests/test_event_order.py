@@ -146,7 +146,7 @@ def test_no_on_time_row_is_dropped_whatever_each_layer_admits(
     assert run_verify(settings, report) == 0, report.getvalue()
     assert report.getvalue().splitlines()[-1] == "verify: all 15 tables equal the reference"
     dropped = {
-        flow: _drops(settings, flow)[1]
+        flow: _drops(settings, flow).late
         for flow in ["silver.events", "silver.ad_attribution", *_gold_flows()]
     }
     assert dropped == dict.fromkeys(dropped, 0)
