@@ -9,19 +9,22 @@ is not touched.
 
 from __future__ import annotations
 
+import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from lakehouse.errors import LakehouseError
-from lakehouse.flows import Flow, LandingInput
+from lakehouse.flows import Flow, LandingInput, TableInput
 from lakehouse.settings import Settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
+
+    from lakehouse.storage import TableStore
 
 
 class FlowDoesNotAnalyse(LakehouseError, ValueError):
@@ -33,6 +36,8 @@ class AnalysedFlow:
     flow: Flow
     # per output table, the schema the transform gives it (after the output's ``rows``)
     outputs: dict[str, StructType]
+    # the query's watermarks and stateful operators, as read from its analysed plan
+    operators: tuple[str, ...] = ()
 
 
 def analyse_flows(
@@ -51,6 +56,7 @@ def analyse_flows(
             for source in flow.inputs:
                 if isinstance(source, LandingInput):
                     lake.landing_path(source.source).mkdir(parents=True, exist_ok=True)
+            _seed(spark, settings, store, flow)
             checkpoint = Path(scratch) / "checkpoints" / flow.name
             try:
                 frame = flow_frame(spark, store, lake, flow, checkpoint)
@@ -66,8 +72,25 @@ def analyse_flows(
                 schema = output.schema or outputs[output.table]
                 if not store.exists(output.table):
                     store.create(output.table, schema, output.partition_by)
-            analysed.append(AnalysedFlow(flow, outputs))
+            analysed.append(AnalysedFlow(flow, outputs, tuple(stateful_operators(frame))))
         return analysed
+
+
+def _seed(spark: SparkSession, settings: Settings, scratch: TableStore, flow: Flow) -> None:
+    """The flow's seed table (initial state), empty on the scratch lake with the schema it has
+    on the user's lake."""
+    from lakehouse.runner import MissingInput
+    from lakehouse.storage import table_store
+
+    seed = flow.seed_table(settings) if flow.seed_table else ""
+    if not seed or scratch.exists(seed):
+        return
+    lake = table_store(spark, settings)
+    if not lake.exists(seed):
+        raise MissingInput(
+            f"flow {flow.name}: its seed table {seed} does not exist at {lake.path(seed)}"
+        )
+    scratch.create(seed, lake.read(seed).schema)
 
 
 def schema_differences(declared: StructType, produced: StructType) -> list[str]:
@@ -87,3 +110,83 @@ def schema_differences(declared: StructType, produced: StructType) -> list[str]:
         if not f.nullable and nullable.get(f.name):
             found.append(f"{f.name} may be null, declared not null")
     return found
+
+
+# ---- the stateful operators of an analysed plan ---------------------------------------------
+
+_ATTRIBUTE_ID = re.compile(r"#\d+(-T\d+ms)?|\bL\b")
+
+
+def _name(expression) -> str:
+    """An expression of the plan as a user wrote it: ``user_id#12L`` -> ``user_id``."""
+    return _ATTRIBUTE_ID.sub("", expression.toString())
+
+
+def _names(seq) -> str:
+    return ", ".join(_name(seq.apply(i)) for i in range(seq.size())) or "(none)"
+
+
+def _nodes(plan) -> Iterator:
+    """The plan's nodes, leaves first (the order the rows flow through them)."""
+    children = plan.children()
+    for i in range(children.size()):
+        yield from _nodes(children.apply(i))
+    yield plan
+
+
+def _describe(node) -> str | None:
+    """One line for a watermark or a stateful operator; None for any other node."""
+    kind = node.nodeName()
+    if kind == "EventTimeWatermark":
+        return f"watermark on {node.eventTime().name()}, delay {node.delay().toString()}"
+    if not node.isStreaming():
+        return None
+    if kind == "Aggregate":
+        return f"aggregation by {_names(node.groupingExpressions())}"
+    if kind in ("Deduplicate", "DeduplicateWithinWatermark"):
+        return f"{'deduplication' if kind == 'Deduplicate' else 'deduplication within the watermark'} by {_names(node.keys())}"
+    if kind == "Join" and node.left().isStreaming() and node.right().isStreaming():
+        condition = node.condition()
+        on = _name(condition.get()) if condition.isDefined() else "(none)"
+        return f"stream-stream {node.joinType().toString().lower()} join on {on}"
+    if kind.startswith("TransformWithState"):
+        return (
+            f"transformWithState by {_names(node.groupingAttributes())}, "
+            f"{node.timeMode().toString()} time mode, state in the processor's variables"
+        )
+    if kind.startswith("FlatMapGroups") and "WithState" in kind:
+        return (
+            f"applyInPandasWithState by {_names(node.groupingAttributes())}, "
+            f"{node.timeout().toString()}"
+        )
+    return None
+
+
+def stateful_operators(frame: DataFrame) -> list[str]:
+    """The watermarks and stateful operators of a streaming DataFrame's analysed plan."""
+    plan = frame._jdf.queryExecution().analyzed()
+    return [line for line in (_describe(node) for node in _nodes(plan)) if line]
+
+
+def _source(source: LandingInput | TableInput, settings: Settings) -> str:
+    if isinstance(source, LandingInput):
+        return f"landing files {settings.landing_path(source.source)}"
+    return source.table
+
+
+def print_flows(analysed: Sequence[AnalysedFlow], settings: Settings, out: TextIO) -> None:
+    """The graph, flow by flow: what each reads and writes, how, its state and checkpoint."""
+    for a in analysed:
+        flow = a.flow
+        mode = flow.output_mode + (f", upserted by {', '.join(flow.keys)}" if flow.keys else "")
+        rows = [
+            ("reads", [_source(s, settings) for s in flow.inputs]),
+            ("writes", [f"{', '.join(o.table for o in flow.outputs)} ({mode})"]),
+            ("operators", list(a.operators) or ["none: each micro-batch stands alone"]),
+            ("checkpoint", [str(settings.checkpoint_path(flow.layer, flow.flow))]),
+        ]
+        print(f"{flow.name}: {flow.description}" if flow.description else flow.name, file=out)
+        for label, values in rows:
+            for i, value in enumerate(values):
+                print(f"  {label if i == 0 else '':11} {value}", file=out)
+    print(f"{len(analysed)} flows analysed; no query was started", file=out)

@@ -226,6 +226,20 @@ def cmd_state(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_flows(args: argparse.Namespace) -> int:
+    from lakehouse.analysis import analyse_flows, print_flows
+    from lakehouse.runner import declared_layers, layer_flows
+
+    settings = settings_from_args(args)
+    # every flow is analysed (a layer's inputs are its upstream layers' outputs); one printed
+    flows = [flow for layer in declared_layers() for flow in layer_flows(layer)]
+    with spark_session(settings, "lakehouse-flows") as spark:
+        analysed = analyse_flows(spark, settings, flows)
+    shown = [a for a in analysed if args.layer in ("all", a.flow.layer)]
+    print_flows(shown, settings, sys.stdout)
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from lakehouse.report import write_report
 
@@ -434,6 +448,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("flow", help="layer.flow, e.g. gold.sessions_custom")
     p.set_defaults(func=cmd_state)
+    p = sub.add_parser(
+        "flows",
+        parents=[common],
+        help="analyse every flow without starting a query; print what each reads, writes and keeps",
+    )
+    p.add_argument("--layer", choices=["bronze", "silver", "gold", "all"], default="all")
+    p.set_defaults(func=cmd_flows)
     p = sub.add_parser(
         "report",
         parents=[common],

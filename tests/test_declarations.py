@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from pyspark.sql import types as T
 
-from lakehouse.analysis import analyse_flows, schema_differences
+from lakehouse.analysis import FlowDoesNotAnalyse, analyse_flows, schema_differences
+from lakehouse.flows import Flow, Output, TableInput
 from lakehouse.runner import declared_layers, layer_flows
 
 
@@ -35,3 +37,18 @@ def test_schema_differences_name_each_kind():
         "a is int, declared bigint",
         "a may be null, declared not null",
     ]
+
+
+def test_a_flow_that_does_not_analyse_is_named_in_one_line(spark, settings):
+    silver = [flow for layer in ("bronze", "silver") for flow in layer_flows(layer)]
+    broken = Flow(
+        name="gold.broken",
+        inputs=(TableInput("silver.events"),),
+        transform=lambda events: events.select("no_such_column"),
+        outputs=(Output("gold.broken"),),
+    )
+    with pytest.raises(FlowDoesNotAnalyse) as caught:
+        analyse_flows(spark, settings, [*silver, broken])
+    message = str(caught.value)
+    assert message.startswith("flow gold.broken does not analyse: [UNRESOLVED_COLUMN")
+    assert "\n" not in message
