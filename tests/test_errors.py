@@ -13,7 +13,7 @@ from lakehouse.errors import LakehouseError
 
 PACKAGES = ("lakehouse", "bronze", "silver", "gold")
 # exceptions that never reach a user: control flow inside the runner, a test's failpoint
-INTERNAL = {"lakehouse.runner.RunStopped", "lakehouse.storage.store.Failpoint"}
+INTERNAL = {"lakehouse.runner.errors.RunStopped", "lakehouse.storage.store.Failpoint"}
 
 
 def _defined_exceptions() -> dict[str, type[BaseException]]:

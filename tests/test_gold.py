@@ -401,7 +401,7 @@ def test_an_endless_query_is_stopped_only_once_every_available_row_is_read():
     """The runner stops a ProcessingTime-mode query (gold.purchase_alerts) in available-now
     mode after a micro-batch that read no rows and left no data behind: not after the no-data
     batch a restarted query may run first, nor after a batch that read an empty file."""
-    from lakehouse.runner import _caught_up
+    from lakehouse.runner.stopping import caught_up
 
     def progress(rows, start, end, latest, batch=7):
         offset = '{{"version": {}, "snapshot": false, "index": 0}}'.format
@@ -413,14 +413,14 @@ def test_an_endless_query_is_stopped_only_once_every_available_row_is_read():
             ],
         }
 
-    assert not _caught_up(None)  # no batch yet
-    assert not _caught_up(progress(0, 4, 4, '{"version": 9, "snapshot": false, "index": 0}'))
-    assert not _caught_up(progress(0, 4, 5, '{"version": 9, "snapshot": false, "index": 0}'))
-    assert not _caught_up(progress(12, 4, 9, '{"version": 9, "snapshot": false, "index": 0}'))
-    assert _caught_up(progress(0, 9, 9, '{"version": 9, "snapshot": false, "index": 0}'))
+    assert not caught_up(None)  # no batch yet
+    assert not caught_up(progress(0, 4, 4, '{"version": 9, "snapshot": false, "index": 0}'))
+    assert not caught_up(progress(0, 4, 5, '{"version": 9, "snapshot": false, "index": 0}'))
+    assert not caught_up(progress(12, 4, 9, '{"version": 9, "snapshot": false, "index": 0}'))
+    assert caught_up(progress(0, 9, 9, '{"version": 9, "snapshot": false, "index": 0}'))
     # delta-spark's source reports no latest offset (as the string "null"): a no-data batch
     # shows it caught up, but not the first one of the run (a restarted query's)
-    assert not _caught_up(progress(0, 4, 4, "null", batch=7), first_batch=7)
-    assert not _caught_up(progress(0, 4, 5, "null", batch=8), first_batch=7)
-    assert _caught_up(progress(0, 5, 5, "null", batch=8), first_batch=7)
-    assert _caught_up(progress(0, 9, 9, None, batch=8), first_batch=7)
+    assert not caught_up(progress(0, 4, 4, "null", batch=7), first_batch=7)
+    assert not caught_up(progress(0, 4, 5, "null", batch=8), first_batch=7)
+    assert caught_up(progress(0, 5, 5, "null", batch=8), first_batch=7)
+    assert caught_up(progress(0, 9, 9, None, batch=8), first_batch=7)

@@ -1,0 +1,222 @@
+"""Recording what flows did: every micro-batch's progress in ops.stream_progress (and a line
+per batch that read rows), a report per flow, and a row per flow in ops.runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from lakehouse.monitoring import Drops, ProgressRecorder, record_runs
+from lakehouse.settings import Settings, split_table_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+
+RECOUNT = " (recount)"  # the name of a query that replays a flow's batch: not recorded
+
+
+@dataclass
+class FlowReport:
+    """What one flow did in a run."""
+
+    flow: str
+    batches: int = 0
+    input_rows: int = 0  # rows read by the query's sources (a source read twice counts twice)
+    seconds: float = 0.0
+    error: str | None = None
+    late_rows: int = 0  # dropped by a stateful operator for being behind the watermark
+    duplicates: int = 0  # dropped by a deduplication operator
+    stopped: bool = False  # by SIGINT or SIGTERM while it ran
+
+
+def progress_listener(spark: SparkSession, out: TextIO, recorder: ProgressRecorder):
+    """Register (once per session) a listener that records every micro-batch in
+    ops.stream_progress and prints one line per micro-batch that read rows. It stays
+    registered: removing it while Spark still delivers the last events races with the
+    delivery; the session's stop drains them."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    registered = getattr(spark, "_lakehouse_progress", None)
+    if registered is not None:
+        registered.out, registered.recorder = out, recorder
+        return registered
+
+    class Printer(StreamingQueryListener):
+        def __init__(self):
+            self.out = out
+            self.recorder = recorder
+            self.ended: set[str] = set()  # run ids of the queries that terminated
+            self.lock = threading.Condition()
+
+        def onQueryStarted(self, event):
+            pass
+
+        def onQueryProgress(self, event):
+            p = event.progress
+            if p.name and p.name.endswith(RECOUNT):  # recorded by the recount itself
+                return
+            self.recorder.on_progress(p.json)
+            if p.numInputRows:
+                print(
+                    f"{p.name} batch {p.batchId}: {p.numInputRows:,} rows in "
+                    f"{p.batchDuration / 1000:.1f} s ({p.processedRowsPerSecond:,.0f} rows/s)",
+                    file=self.out,
+                    flush=True,
+                )
+
+        def onQueryIdle(self, event):
+            pass
+
+        def onQueryTerminated(self, event):
+            with self.lock:
+                self.ended.add(str(event.runId))
+                self.lock.notify_all()
+
+        def wait_for(self, run_id: str, timeout: float = 30.0) -> bool:
+            """Wait until the query's termination reached the listener: its events come in
+            order, so every progress of that run has been recorded by then."""
+            with self.lock:
+                return self.lock.wait_for(lambda: run_id in self.ended, timeout)
+
+    printer = Printer()
+    spark.streams.addListener(printer)
+    spark._lakehouse_progress = printer
+    return printer
+
+
+def drops(progress: list[dict]) -> Drops:
+    """The rows the stateful operators dropped over micro-batches' progress."""
+    operators = [op for p in progress for op in (p["stateOperators"] or [])]
+    return Drops(
+        late=sum(op.get("numRowsDroppedByWatermark") or 0 for op in operators),
+        duplicates=sum(
+            (op.get("customMetrics") or {}).get("numDroppedDuplicateRows") or 0 for op in operators
+        ),
+    )
+
+
+# Spark's errors for a checkpoint whose state does not fit the query restarted on it: a stateful
+# operator added, removed or changed, or its state schema changed.
+INCOMPATIBLE_STATE = (
+    "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+    "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+    "STATE_STORE_COLUMN_FAMILY_SCHEMA_INCOMPATIBLE",
+    "STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION",
+    "STATE_STORE_INVALID_CONFIG_AFTER_RESTART",
+    "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
+    "StateSchemaNotCompatible",
+)
+
+
+def incompatible_state(flow: str, checkpoint: Path, error: str) -> str | None:
+    """The error to show for a restart whose checkpoint holds state of another shape, naming
+    the flow and the way out; None for any other error."""
+    cause = next((c for c in INCOMPATIBLE_STATE if c in error), None)
+    if cause is None:
+        return None
+    return (
+        f"the state in the checkpoint of {flow} ({checkpoint}) does not fit this version of the "
+        f"flow ({cause}): a stateful operator or its state schema changed. Start the flow on a "
+        f"new checkpoint: move {checkpoint} aside, and its output tables if they must not get "
+        "the input again; the flow then rebuilds its state from its whole input"
+    )
+
+
+_RAISED = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*: \S.*$")
+
+
+def first_line(exc: BaseException) -> str:
+    """The line of a query's error that says what went wrong. A failure inside foreachBatch
+    arrives as a Python traceback (followed by the plan): the exception is its last
+    ``package.Class: message`` line."""
+    text = (getattr(exc, "desc", None) or str(exc)).split("=== Streaming Query ===")[0].strip()
+    if not text:
+        return type(exc).__name__
+    lines = text.splitlines()
+    if "Traceback (most recent call last)" in text:
+        raised = [line.strip() for line in lines if _RAISED.match(line.strip())]
+        if raised:
+            return raised[-1]
+    return lines[0]
+
+
+class RunBook:
+    """One run's rows of ops.runs: a row per flow, written when the run ends."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.run_id = str(uuid.uuid4())
+        self.started_at = dt.datetime.now(dt.UTC)
+        self.interrupted = False  # a flow failed to start: the others were stopped
+        self.stopped: set[str] = set()  # the flows a signal stopped while they ran
+        self.rows: list[dict] = []
+
+    def _row(self, flow: str, status: str, **values) -> dict:
+        return {
+            "run_id": self.run_id,
+            "flow": flow,
+            "started_at": self.started_at,
+            "ended_at": dt.datetime.now(dt.UTC),
+            "status": status,
+            **values,
+        }
+
+    def failed_to_start(self, flow: str, exc: BaseException) -> None:
+        """A flow that could not start: the flows started before it are stopped."""
+        self.rows.append(self._row(flow, "failed", batches=0, input_rows=0, error=str(exc)))
+        self.interrupted = True
+
+    def record(self, queries: dict[str, StreamingQuery], reports: list[FlowReport]) -> None:
+        for report in reports:
+            cut = report.stopped or self.interrupted
+            status = "failed" if report.error else "stopped" if cut else "succeeded"
+            self.rows.append(
+                self._row(
+                    report.flow,
+                    status,
+                    query_id=str(queries[report.flow].id),
+                    batches=report.batches,
+                    input_rows=report.input_rows,
+                    late_rows=report.late_rows,
+                    duplicates=report.duplicates,
+                    error=report.error,
+                )
+            )
+        if self.rows:
+            record_runs(self.settings, self.rows)
+
+
+def flow_reports(
+    settings: Settings, attempts: dict[str, list[StreamingQuery]], started: float
+) -> list[FlowReport]:
+    """A report per flow over all its attempts in the run; the error is the last attempt's."""
+    reports = []
+    for name, tries in attempts.items():
+        query = tries[-1]
+        progress = [p for attempt in tries for p in attempt.recentProgress]
+        batches = [p for p in progress if p["numInputRows"]]
+        late, duplicates = drops(progress)
+        report = FlowReport(
+            name,
+            len(batches),
+            sum(p["numInputRows"] for p in batches),
+            time.monotonic() - started,
+            late_rows=late,
+            duplicates=duplicates,
+        )
+        error = query.exception()
+        if error is not None:
+            layer, flow = split_table_name(name)
+            report.error = incompatible_state(
+                name, settings.checkpoint_path(layer, flow), str(error)
+            ) or first_line(error)
+        reports.append(report)
+    return reports

@@ -1,0 +1,118 @@
+"""Building a flow's streaming query from its declaration: its inputs read as streams, its
+transform, its output tables created and its sink started on its checkpoint."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lakehouse import checkpoints
+from lakehouse.flows import Flow, Input, LandingInput, TableInput
+from lakehouse.runner.errors import MissingInput
+from lakehouse.settings import Settings
+from lakehouse.storage import trigger_kwargs
+from lakehouse.storage.store import Route
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from lakehouse.storage.store import TableStore
+
+log = logging.getLogger(__name__)
+
+
+def read_input(
+    spark: SparkSession, store: TableStore, settings: Settings, source: Input, max_files: int
+) -> DataFrame:
+    """A flow input as a streaming DataFrame."""
+    from pyspark.sql import functions as F
+
+    if isinstance(source, LandingInput):
+        path = settings.landing_path(source.source)
+        if not path.is_dir():
+            raise MissingInput(
+                f"landing folder {path} does not exist; check --root or run `lakehouse generate`"
+            )
+        # every file counts however old its modification time (a backfill copied with its
+        # original times would otherwise be skipped past the default age of 7 days)
+        reader = spark.readStream.format("text").option("maxFileAge", "36500d")
+        if max_files:
+            reader = reader.option("maxFilesPerTrigger", max_files)
+        return reader.load(str(path.absolute())).select(
+            "value", F.col("_metadata.file_path").alias("_source_file")
+        )
+    if isinstance(source, TableInput):
+        if not store.exists(source.table):
+            raise MissingInput(
+                f"input table {source.table} does not exist at {store.path(source.table)}; "
+                "run the layer that writes it first"
+            )
+        return store.read_stream(source.table, max_files_per_trigger=max_files or None)
+    raise TypeError(f"unknown flow input {source!r}")
+
+
+def flow_frame(
+    spark: SparkSession, store: TableStore, settings: Settings, flow: Flow, checkpoint: Path
+) -> DataFrame:
+    """The flow's streaming result over its inputs, for a query on ``checkpoint``: a checkpoint
+    with no committed micro-batch gets the flow's seed table as initial state."""
+    max_files = settings.trigger.max_files_per_trigger
+    frames = [read_input(spark, store, settings, source, max_files) for source in flow.inputs]
+    params = flow.params(settings) if flow.params else {}
+    seed = flow.seed_table(settings) if flow.seed_table else ""
+    if seed and not checkpoints.committed_batches(checkpoint):
+        if not store.exists(seed):
+            raise MissingInput(
+                f"flow {flow.name}: its seed table {seed} does not exist at {store.path(seed)}"
+            )
+        params["initial_state"] = store.read(seed)
+    return flow.transform(*frames, **params)
+
+
+def start_flow(
+    spark: SparkSession, store: TableStore, settings: Settings, flow: Flow
+) -> StreamingQuery:
+    """Create the flow's output tables and start its streaming query."""
+    for output in flow.outputs:
+        if output.schema is not None:
+            store.create(output.table, output.schema, output.partition_by)
+    checkpoint = settings.checkpoint_path(flow.layer, flow.flow)
+    for path in checkpoints.remove_unfinished_writes(checkpoint):
+        log.info("flow %s: removed %s, left by a job killed while writing it", flow.name, path)
+    planned = checkpoints.plan_lost_no_data_batch(checkpoint, int(time.time() * 1000))
+    if planned is not None:
+        log.info(
+            "flow %s: runs no-data batch %s first, which its last run stopped before",
+            flow.name,
+            planned,
+        )
+    result = flow_frame(spark, store, settings, flow, checkpoint)
+    trigger = trigger_kwargs(settings.trigger)
+    if len(flow.outputs) == 1 and flow.outputs[0].rows is None:
+        out = flow.outputs[0]
+        options = {"partitionBy": ",".join(out.partition_by)} if out.partition_by else None
+        return store.write_stream(
+            result,
+            out.table,
+            checkpoint,
+            output_mode=flow.output_mode,
+            keys=flow.keys,
+            trigger=trigger,
+            query_name=flow.name,
+            options=options,
+        )
+    routes = [
+        Route(o.table, o.rows or (lambda df: df), o.partition_by, o.event_time)
+        for o in flow.outputs
+    ]
+    return store.write_stream_routed(
+        result,
+        routes,
+        checkpoint,
+        trigger=trigger,
+        query_name=flow.name,
+        before_write=flow.before_write,
+    )

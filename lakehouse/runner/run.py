@@ -1,0 +1,321 @@
+"""Running flows: started one after the other, waited for until done (available-now) or until
+one ends (continuous), restarted after a transient error, stopped on request, recorded."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from lakehouse.flows import Flow
+from lakehouse.locks import flow_locks
+from lakehouse.monitoring import ProgressRecorder
+from lakehouse.runner.books import RunBook, first_line, flow_reports, progress_listener
+from lakehouse.runner.declarations import PIPELINE, layer_flows
+from lakehouse.runner.errors import FlowFailed, RunStopped
+from lakehouse.runner.queries import start_flow
+from lakehouse.runner.recount import recorded_batches_of, recount_unrecorded
+from lakehouse.runner.stopping import (
+    POLL_S,
+    StopRequest,
+    quiet_spark,
+    stop_between_batches,
+    stop_on_signals,
+    stop_when_caught_up,
+    where_stopped,
+)
+from lakehouse.settings import Settings
+from lakehouse.storage import table_store
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from lakehouse.runner.books import FlowReport
+    from lakehouse.storage.store import TableStore
+
+log = logging.getLogger(__name__)
+
+
+# Spark's error when a Python process it starts in the driver for a Python data source (the
+# embedded Delta source's planner, the sink's commit) does not connect back within its fixed 10
+# seconds: the machine was too busy, the flow is not wrong. Such a flow is started again.
+TRANSIENT_ERRORS = ("Python worker failed to connect back",)
+TRANSIENT_RESTARTS = 2  # per flow and run
+
+
+def transient(error: str) -> bool:
+    """Whether a query's error is one that a restart from the checkpoint can get past."""
+    return any(cause in error for cause in TRANSIENT_ERRORS)
+
+
+def run_flows(
+    spark: SparkSession,
+    settings: Settings,
+    flows: Sequence[Flow],
+    *,
+    out: TextIO | None = None,
+    stop: StopRequest | None = None,
+) -> list[FlowReport]:
+    """Start ``flows`` together and wait: until they are done (available-now), or until one
+    fails or the user interrupts (continuous). A failure stops the other flows and raises
+    :class:`FlowFailed` naming the flow. SIGINT and SIGTERM stop the flows after their
+    current micro-batch (see :class:`StopRequest`; ``stop`` when the caller counts them).
+    A flow another run is running is refused before any query starts (:mod:`lakehouse.locks`)."""
+    checkpoint_of = {f.name: settings.checkpoint_path(f.layer, f.flow) for f in flows}
+    with flow_locks(list(checkpoint_of.items())):
+        if stop is None:
+            with stop_on_signals() as own:
+                return _run_flows(spark, settings, flows, checkpoint_of, out, own)
+        return _run_flows(spark, settings, flows, checkpoint_of, out, stop)
+
+
+class _Queries:
+    """The streaming queries of one run's flows: each flow's current query, and the attempts
+    before it that failed on a transient error (their progress counts in the flow's report)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        store: TableStore,
+        settings: Settings,
+        flows: Sequence[Flow],
+        out: TextIO,
+    ):
+        self.spark, self.store, self.settings, self.out = spark, store, settings, out
+        self.flows = {flow.name: flow for flow in flows}
+        self.current: dict[str, StreamingQuery] = {}
+        self.failed: dict[str, list[StreamingQuery]] = {}
+
+    def start(self, flow: Flow) -> StreamingQuery:
+        self.current[flow.name] = start_flow(self.spark, self.store, self.settings, flow)
+        return self.current[flow.name]
+
+    def restart(self, name: str) -> bool:
+        """Start the flow again from its checkpoint if its query failed on a transient error
+        and has restarts left; the checkpoint and the idempotent sinks make the repeat of its
+        last micro-batch harmless."""
+        error = self.current[name].exception()
+        failed = self.failed.setdefault(name, [])
+        if error is None or not transient(str(error)) or len(failed) >= TRANSIENT_RESTARTS:
+            return False
+        print(
+            f"flow {name}: {first_line(error)} (the machine was too busy); restarting it "
+            f"from its checkpoint ({len(failed) + 1} of {TRANSIENT_RESTARTS})",
+            file=self.out,
+            flush=True,
+        )
+        query = start_flow(self.spark, self.store, self.settings, self.flows[name])
+        failed.append(self.current[name])
+        self.current[name] = query
+        _wait_initialized(query)
+        return True
+
+    def attempts(self) -> dict[str, list[StreamingQuery]]:
+        """Every query of each flow in the run, the current one last."""
+        return {name: [*self.failed.get(name, []), q] for name, q in self.current.items()}
+
+
+class _Run:
+    """One run of flows: their queries, the stop request, and the books of the run."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        settings: Settings,
+        flows: Sequence[Flow],
+        checkpoint_of: dict[str, Path],
+        out: TextIO,
+        stop: StopRequest,
+    ):
+        self.spark = spark
+        self.settings = settings
+        self.flows = flows
+        self.checkpoint_of = checkpoint_of
+        self.out = out
+        self.stop = stop
+        self.store = table_store(spark, settings)
+        self.listener = progress_listener(spark, out, ProgressRecorder(settings))
+        self.queries = _Queries(spark, self.store, settings, flows, out)
+        self.book = RunBook(settings)
+        self.started = time.monotonic()
+        self.quiet = False  # Spark's log is off while the flows stop (see quiet_spark)
+
+    def start(self) -> None:
+        """Start the flows one after the other (each recounts its unrecorded batches first);
+        those not started when a stop is requested stay so."""
+        recorded = recorded_batches_of(self.settings, self.flows)
+        for flow in self.flows:
+            if self.stop.requested:
+                break
+            try:
+                if recorded is not None:
+                    recount_unrecorded(
+                        self.spark, self.store, self.settings, flow, recorded, self.out, self.stop
+                    )
+                query = self.queries.start(flow)
+            except Exception as exc:  # e.g. a missing input: in ops.runs, then raised
+                self.book.failed_to_start(flow.name, exc)
+                raise
+            if len(self.flows) > 1:
+                _wait_initialized(query)
+
+    def wait(self) -> None:
+        """Until the flows are done, or one ended (continuous), or a stop was requested: then
+        each is stopped once its current micro-batch committed."""
+        _wait(
+            self.spark,
+            self.queries.current,
+            continuous=self.settings.trigger.mode == "continuous",
+            endless={flow.name for flow in self.flows if not flow.stops_itself},
+            restart=self.queries.restart,
+            stop=self.stop,
+        )
+        if self.stop.requested:
+            print(
+                "interrupted: stopping the flows after their current micro-batch "
+                "(again to stop at once)",
+                file=self.out,
+                flush=True,
+            )
+            self._quiet()
+            self.book.stopped = stop_between_batches(
+                self.queries.current, self.stop, self.checkpoint_of
+            )
+
+    def _quiet(self) -> None:
+        if not self.quiet:
+            self.quiet = quiet_spark(self.spark)
+
+    def end(self) -> list[FlowReport]:
+        """Stop what still runs, wait until every progress is recorded, and report and record
+        each flow (a line for each a stop cut)."""
+        if self.stop.requested:
+            self._quiet()
+        for name, query in self.queries.current.items():
+            if query.isActive:
+                if self.stop.requested:
+                    self.book.stopped.add(name)
+                query.stop()
+        attempts = self.queries.attempts()
+        for query in (q for tries in attempts.values() for q in tries):
+            # ops.stream_progress is complete when the run returns
+            if not self.listener.wait_for(str(query.runId)):
+                log.warning("the progress of %s may not all be recorded yet", query.name)
+        reports = flow_reports(self.settings, attempts, self.started)
+        if self.quiet:
+            self.spark.sparkContext.setLogLevel(self.settings.log_level)
+        for report in (r for r in reports if r.flow in self.book.stopped):
+            report.stopped = True
+            report.error = None  # the stop cut a micro-batch that had just begun: not a failure
+            print(where_stopped(report.flow, self.checkpoint_of[report.flow]), file=self.out)
+        self.book.record(self.queries.current, reports)
+        return reports
+
+
+def _run_flows(
+    spark: SparkSession,
+    settings: Settings,
+    flows: Sequence[Flow],
+    checkpoint_of: dict[str, Path],
+    out: TextIO | None,
+    stop: StopRequest,
+) -> list[FlowReport]:
+    run = _Run(spark, settings, flows, checkpoint_of, out or sys.stderr, stop)
+    try:
+        run.start()
+        run.wait()
+    except KeyboardInterrupt:  # outside the main thread no handler counts the signal
+        stop.signals += 1
+        print("interrupted: stopping the flows", file=run.out)
+    finally:
+        reports = run.end()
+    failed = [r for r in reports if r.error]
+    if failed:
+        raise FlowFailed(f"flow {failed[0].flow} failed: {failed[0].error}")
+    return reports
+
+
+def _wait(
+    spark: SparkSession,
+    queries: dict[str, StreamingQuery],
+    continuous: bool,
+    endless: set[str] = frozenset(),
+    restart: Callable[[str], bool] = lambda name: False,
+    stop: StopRequest | None = None,
+) -> None:
+    """Until the flows are done (available-now) or one of them ends (continuous), or a stop is
+    requested. A flow whose query failed is handed to ``restart``; one it started again is
+    waited for again."""
+    stop = stop or StopRequest()
+    if not continuous:
+        # flows are independent: one failing does not cut the others' work short
+        for name in queries:
+            while not stop.requested:
+                query = queries[name]
+                with contextlib.suppress(Exception):  # reported from query.exception()
+                    if name in endless:
+                        stop_when_caught_up(query, stop)
+                    else:
+                        while not query.awaitTermination(POLL_S) and not stop.requested:
+                            pass
+                if stop.requested or not restart(name):
+                    break
+        return
+    while not stop.requested:
+        with contextlib.suppress(Exception):  # a failed flow: reported from query.exception()
+            if not spark.streams.awaitAnyTermination(POLL_S):
+                continue
+        # reset first: a flow ending from here on wakes the next wait, one ended before is seen
+        # below (a query of an earlier run in this session woke this one: wait again)
+        spark.streams.resetTerminated()
+        ended = [name for name, query in queries.items() if not query.isActive]
+        if ended and not all([restart(name) for name in ended]):
+            return
+
+
+def _wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
+    """Until ``query`` has initialized its sources. Each streaming Python data source (the
+    embedded Delta source) starts a Python process in the driver that must connect back within
+    Spark's fixed 10 seconds; with many flows started at once (continuous mode: 12, gold: 7)
+    on a small busy machine, some missed it. Started one after the other they seldom do, and a
+    flow that still does is restarted (:data:`TRANSIENT_ERRORS`)."""
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and time.monotonic() < deadline:
+        if query.status["message"] != "Initializing sources":
+            return
+        time.sleep(0.1)
+
+
+def run_layers(
+    spark: SparkSession,
+    settings: Settings,
+    layers: Sequence[str],
+    *,
+    out: TextIO | None = None,
+    stop: StopRequest | None = None,
+) -> list[FlowReport]:
+    """Run layers in pipeline order. In available-now mode each layer finishes before the next
+    starts; in continuous mode all of their flows run together. SIGINT or SIGTERM ends
+    continuous mode; in available-now mode it raises :class:`RunStopped` if it cut the run
+    short (the next layers would read what this one did not finish). ``stop``: when the
+    caller counts the signals."""
+    ordered = [layer for layer in PIPELINE if layer in layers]
+    flows = {layer: layer_flows(layer) for layer in ordered}
+    with stop_on_signals(stop) as stop:
+        if settings.trigger.mode == "continuous":
+            every = [f for layer in ordered for f in flows[layer]]
+            return run_flows(spark, settings, every, out=out, stop=stop)
+        reports: list[FlowReport] = []
+        for layer in ordered:
+            if stop.requested:
+                raise RunStopped(reports)
+            done = run_flows(spark, settings, flows[layer], out=out, stop=stop)
+            reports += done
+            if any(r.stopped for r in done) or len(done) < len(flows[layer]):
+                raise RunStopped(reports)
+        return reports
