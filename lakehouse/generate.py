@@ -183,6 +183,21 @@ def _unit(column: str, salt: int) -> str:
     return f"(pmod(xxhash64({column}, {salt}), 1000003) / 1000003.0)"
 
 
+# dbldatagen 0.4 sets Spark 3's deprecated "spark.sql.execution.arrow.enabled" on any Spark not
+# 3.x, and every later query of the session then logs a deprecation warning (127 lines in a
+# demo). The session sets the current key (spark.sql.execution.arrow.pyspark.enabled) already.
+DEPRECATED_ARROW = "spark.sql.execution.arrow.enabled"
+
+
+def _data_generator(spark: SparkSession, **options):
+    """A dbldatagen DataGenerator, without the deprecated setting it leaves on the session."""
+    import dbldatagen as dg
+
+    generator = dg.DataGenerator(spark, **options)
+    spark.conf.unset(DEPRECATED_ARROW)
+    return generator
+
+
 def events_spec(
     spark: SparkSession,
     rows: int,
@@ -199,13 +214,11 @@ def events_spec(
 
     ``session_s`` bounds the length of a burst; (0, 0) places every event on its own uniformly
     in the span (the follow mode: a session's ~20 events at one instant would come in clumps)."""
-    import dbldatagen as dg
-
     sessions = max(1, rows // EVENTS_PER_SESSION)
     low, high = session_s
     place = _unit("session", seed + 1) if high > 0 else "offset"
     return (
-        dg.DataGenerator(
+        _data_generator(
             spark,
             name="events",
             rows=rows,
@@ -305,11 +318,9 @@ def impressions_spec(
 ):
     """Impressions over many ads (skewed popularity, five ads per campaign), each carrying
     whether it was clicked and after how long (1 to 6 percent click-through per ad)."""
-    import dbldatagen as dg
-
     ads = max(20, rows // 800)
     return (
-        dg.DataGenerator(
+        _data_generator(
             spark,
             name="impressions",
             rows=rows,
