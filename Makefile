@@ -24,7 +24,8 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	# compat: a path entry for the checkout (setuptools' default finder warns at every install)
+	$(BIN)/pip install --quiet --config-settings editable_mode=compat -e '.[dev]'
 	@touch $(STAMP)
 
 # The JVM jars of the native backend (delta-spark, Spark's Kafka connector), fetched with Maven
@@ -36,8 +37,10 @@ $(JARS_STAMP): jars/pom.xml
 	else \
 	  echo "fetching the delta-spark jars with Maven into $(JARS_DIR) (once)"; \
 	  rm -rf $(JARS_DIR).tmp && \
-	  mvn -q -B -Dstyle.color=never -f jars/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
-	      -DoutputDirectory=lib.tmp && \
+	  if ! mvn -q -B -Dstyle.color=never -f jars/pom.xml dependency:copy-dependencies \
+	      -DincludeScope=runtime -DoutputDirectory=lib.tmp > jars/mvn.log 2>&1; then \
+	    cat jars/mvn.log; echo "error: Maven could not fetch the jars (log: jars/mvn.log)"; exit 1; \
+	  fi; \
 	  rm -rf $(JARS_DIR) && mv $(JARS_DIR).tmp $(JARS_DIR) && touch $(JARS_STAMP); \
 	fi
 

@@ -21,6 +21,12 @@ def common_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="settings file (default: conf/lakehouse.toml)")
     parser.add_argument("--backend", choices=["embedded", "native"], help="table backend")
     parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="Spark's INFO log, the Python workers' start-up lines and pandas' warnings too",
+    )
+    parser.add_argument(
         "--conf",
         action="append",
         default=[],
@@ -38,6 +44,8 @@ def settings_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = 
             raise SettingsError(f"--conf expects KEY=VALUE; got {item!r}")
         overrides[key.strip()] = value.strip()
     overrides.update({"root": args.root, "backend": args.backend})
+    if args.verbose:
+        overrides["log_level"] = "INFO"
     overrides.update(extra or {})
     return load_settings(profile=args.profile, config_path=args.config, overrides=overrides)
 

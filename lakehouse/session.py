@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from lakehouse.jars import NativeJarsMissing, native_jars
 from lakehouse.javacheck import check_java
@@ -19,6 +21,13 @@ if TYPE_CHECKING:
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+QUIET_LEVELS = ("WARN", "ERROR", "FATAL", "OFF")  # the log levels that hide the chatter below
+# What transformWithState's driver-side Python worker prints on the JVM's standard output at
+# every query start, although nothing is wrong (each line followed by an empty one).
+WORKER_CHATTER = (
+    "Starting Streaming TransformWithStateInPandas Python worker",
+    "Streaming TransformWithStateInPandas Python worker ",
+)
 
 
 def session_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
@@ -118,7 +127,12 @@ def build_session(
     }
     if app_name:
         conf["spark.app.name"] = app_name
-    _launch_jvm_apart(conf)
+    quiet = settings.log_level.upper() in QUIET_LEVELS
+    if quiet:
+        # pandas' FutureWarnings from inside PySpark's own serializers, printed by every Python
+        # worker (they inherit this from the JVM, which inherits it from here)
+        os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
+    _launch_jvm_apart(conf, quiet)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -130,14 +144,17 @@ def build_session(
     return spark
 
 
-def _launch_jvm_apart(conf: dict[str, str]) -> None:
+def _launch_jvm_apart(conf: dict[str, str], quiet: bool = True) -> None:
     """Start Spark's JVM in a session (process group) of its own. PySpark starts it in this
     process's group, ignoring SIGINT in the JVM alone: the Python workers it forks turn SIGINT
     back on, so Ctrl-C in a terminal failed the tasks running in them, and a SIGTERM to the
     group (schedulers send it so) ended the JVM at once. Apart, only this process gets those
     signals, and the runner stops the flows between micro-batches. The JVM still ends with this
     process: it exits when its stdin, a pipe from here, closes. Nothing to do when the JVM runs
-    already: a session built before, or ``spark-submit``, where the JVM is the parent."""
+    already: a session built before, or ``spark-submit``, where the JVM is the parent.
+
+    ``quiet``: the JVM's standard output is relayed to this process's without
+    :data:`WORKER_CHATTER` (:func:`_relay`)."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
@@ -147,8 +164,32 @@ def _launch_jvm_apart(conf: dict[str, str]) -> None:
     for key, value in conf.items():
         spark_conf.set(key, value)
     # what SparkContext does with no gateway yet, plus the session of its own
-    SparkContext._gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
+    popen_kwargs: dict = {"start_new_session": True}
+    if quiet:
+        popen_kwargs["stdout"] = subprocess.PIPE
+    SparkContext._gateway = launch_gateway(spark_conf, popen_kwargs=popen_kwargs)
     SparkContext._jvm = SparkContext._gateway.jvm
+    if quiet:
+        stdout = SparkContext._gateway.proc.stdout
+        threading.Thread(target=_relay, args=(stdout,), name="jvm-stdout", daemon=True).start()
+
+
+def _relay(stream: IO[bytes]) -> None:
+    """Copy the JVM's standard output to this process's (file descriptor 1, where the JVM wrote
+    before) line by line, without :data:`WORKER_CHATTER` and the empty line after each."""
+    after_chatter = False
+    for line in iter(stream.readline, b""):
+        if line.decode(errors="replace").startswith(WORKER_CHATTER):
+            after_chatter = True
+            continue
+        if after_chatter and not line.strip():
+            after_chatter = False
+            continue
+        after_chatter = False
+        with contextlib.suppress(OSError):  # a closed stdout: keep draining, or the JVM blocks
+            view = memoryview(line)
+            while view:
+                view = view[os.write(1, view) :]
 
 
 @contextlib.contextmanager

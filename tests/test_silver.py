@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import io
+import subprocess
+import sys
 from functools import partial
+from pathlib import Path
 
 import pytest
 from pyspark.sql import Row
@@ -490,13 +493,38 @@ def test_ad_attribution_joins_within_the_hour_and_emits_unmatched_once(spark, se
 
 
 @pytest.mark.slow
-def test_the_demo_prints_the_books_of_bronze_and_silver_and_gold_rows(
-    spark, settings, store, capsys
-):
-    from lakehouse.demo import _demo
-
-    assert _demo(spark, store, settings, 2000) == 0
-    out = capsys.readouterr().out
+def test_the_demo_prints_the_books_of_bronze_and_silver_and_gold_rows(spark, settings, store):
+    """``lakehouse demo`` as a user runs it (its own process and JVM): what it prints, and
+    nothing else: no warning, no stack trace, no Python worker's start-up lines."""
+    demo = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("lakehouse")),
+            "demo",
+            "--events",
+            "2000",
+            "--root",
+            str(settings.root),
+            "--profile",
+            "test",
+            "--backend",
+            settings.backend,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    out = demo.stdout
+    assert demo.returncode == 0, (out + demo.stderr)[-3000:]
+    noise = [
+        line
+        for line in (out + demo.stderr).splitlines()
+        if " WARN " in line
+        or " ERROR " in line
+        or "Traceback" in line
+        or "Warning" in line
+        or "Python worker" in line
+    ]
+    assert noise == []
     bronze = store.read("bronze.events").count()
     kept = store.read("silver.events").count()
     quarantined = store.read("silver.quarantine").where(F.col("table") == "silver.events").count()
