@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from gold import activity, ads, alerts, custom_sessions, sessions, spans
-from lakehouse.flows import Flow, Output, TableInput
+from lakehouse import oracle
+from lakehouse.flows import Flow, Output, Reference, TableInput
+
+ALERT_IDENTITY = ("user_id", "event_id", "purchase_time")
 
 FLOWS = (
     Flow(
@@ -12,7 +15,14 @@ FLOWS = (
         inputs=(TableInput("silver.events"),),
         transform=sessions.sessions,
         params=lambda settings: {"watermark": settings.watermarks.events},
-        outputs=(Output(sessions.TABLE, schema=sessions.SCHEMA, zorder_by=("user_id",)),),
+        outputs=(
+            Output(
+                sessions.TABLE,
+                schema=sessions.SCHEMA,
+                zorder_by=("user_id",),
+                reference=Reference(oracle.sessions_table, ("user_id", "session_start")),
+            ),
+        ),
     ),
     Flow(
         name="gold.user_activity_5m",
@@ -27,6 +37,7 @@ FLOWS = (
                 activity.FIVE_MINUTE_TABLE,
                 schema=activity.FIVE_MINUTE_SCHEMA,
                 zorder_by=("user_id",),
+                reference=Reference(oracle.user_activity_5m_table, activity.FIVE_MINUTE_KEYS),
             ),
         ),
     ),
@@ -37,7 +48,12 @@ FLOWS = (
         transform=activity.hourly_activity,
         params=lambda settings: {"watermark": settings.watermarks.events},
         outputs=(
-            Output(activity.HOURLY_TABLE, schema=activity.HOURLY_SCHEMA, zorder_by=("user_id",)),
+            Output(
+                activity.HOURLY_TABLE,
+                schema=activity.HOURLY_SCHEMA,
+                zorder_by=("user_id",),
+                reference=Reference(oracle.user_activity_hourly_table, ("user_id", "hour_start")),
+            ),
         ),
     ),
     Flow(
@@ -58,11 +74,13 @@ FLOWS = (
                 rows=custom_sessions.session_rows,
                 schema=custom_sessions.SCHEMA,
                 zorder_by=("user_id",),
+                reference=Reference(oracle.sessions_custom_table, ("user_id", "session_start")),
             ),
             Output(
                 custom_sessions.STATS_TABLE,
                 rows=custom_sessions.stats_rows,
                 schema=custom_sessions.STATS_SCHEMA,
+                reference=Reference(oracle.session_stats_hourly_table, ("hour_start",)),
             ),
         ),
     ),
@@ -72,7 +90,14 @@ FLOWS = (
         inputs=(TableInput("silver.ad_attribution"),),
         transform=ads.ad_performance,
         params=lambda settings: {"watermark": settings.watermarks.attribution},
-        outputs=(Output(ads.TABLE, schema=ads.SCHEMA, zorder_by=("ad_id",)),),
+        outputs=(
+            Output(
+                ads.TABLE,
+                schema=ads.SCHEMA,
+                zorder_by=("ad_id",),
+                reference=Reference(oracle.ad_performance_hourly_table, ("ad_id", "hour_start")),
+            ),
+        ),
     ),
     Flow(
         name="gold.purchase_alerts",
@@ -83,7 +108,21 @@ FLOWS = (
             "ttl": settings.gold.state_ttl,
             "lateness": settings.watermarks.events,
         },
-        outputs=(Output(alerts.TABLE, schema=alerts.SCHEMA, zorder_by=("user_id",)),),
+        outputs=(
+            Output(
+                alerts.TABLE,
+                schema=alerts.SCHEMA,
+                zorder_by=("user_id",),
+                # an alert carries the figures of the moment it was raised, which depend on the
+                # batches: the purchases that alert do not
+                reference=Reference(
+                    oracle.purchase_alerts_table,
+                    ALERT_IDENTITY,
+                    columns=ALERT_IDENTITY,
+                    note="which purchases alert",
+                ),
+            ),
+        ),
         stops_itself=False,  # ProcessingTime mode (TTL): endless no-data micro-batches
     ),
     Flow(
@@ -93,6 +132,15 @@ FLOWS = (
         inputs=(TableInput("silver.events"),),
         transform=spans.activity_spans,
         params=lambda settings: {"watermark": settings.watermarks.events},
-        outputs=(Output(spans.TABLE, schema=spans.SCHEMA, zorder_by=("user_id",)),),
+        outputs=(
+            Output(
+                spans.TABLE,
+                schema=spans.SCHEMA,
+                zorder_by=("user_id",),
+                reference=Reference(
+                    oracle.user_activity_spans_table, ("user_id", "first_activity", "event_type")
+                ),
+            ),
+        ),
     ),
 )

@@ -61,6 +61,20 @@ Input = LandingInput | TableInput
 
 
 @dataclass(frozen=True)
+class Reference:
+    """How the proof (``lakehouse verify``, the streaming-equals-batch tests) computes a table
+    without Spark: ``rows``, a function of :mod:`lakehouse.oracle` over the reference silver
+    tables (:class:`lakehouse.oracle.Silver`), compared with the table row for row by ``keys``
+    on the reference's columns, or on ``columns`` alone (figures that depend on the batches
+    left out; ``note`` says what is compared then)."""
+
+    rows: Callable[[Any], Any]  # lakehouse.oracle.Silver -> pandas.DataFrame
+    keys: tuple[str, ...]
+    columns: tuple[str, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class Output:
     """A table a flow writes. ``rows`` picks this table's rows out of the flow's result (None:
     the result as it is). A ``schema`` creates the table before the flow starts, so downstream
@@ -77,6 +91,9 @@ class Output:
     # columns `lakehouse maintain` Z-orders the table's files by on the native backend (what
     # BI queries filter on), so file statistics let a reader skip most files
     zorder_by: tuple[str, ...] = ()
+    # how the proof computes the table independently (gold tables; bronze and silver are
+    # computed by lakehouse.verify from the landing files)
+    reference: Reference | None = None
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ event time minus the allowed lateness) has passed. Rows are sorted by their key.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import pandas as pd
 
@@ -209,3 +211,64 @@ def user_activity_spans(events: pd.DataFrame, lateness: pd.Timedelta) -> pd.Data
     )
     out = out.drop(columns="run")
     return out.sort_values(["user_id", "first_activity", "event_type"], ignore_index=True)
+
+
+# ---- the reference of each gold table, as its declaration names it ------------------------
+
+
+@dataclass
+class Silver:
+    """The silver tables the gold references are computed from, with the settings they need.
+    A reference computed for two tables (sessions_custom and its hourly statistics) is
+    computed once."""
+
+    events: pd.DataFrame
+    attribution: pd.DataFrame
+    events_lateness: pd.Timedelta
+    attribution_lateness: pd.Timedelta
+    session_max_pages: int = 50
+    _computed: dict = field(default_factory=dict, repr=False)
+
+    def once(self, name: str, compute):
+        if name not in self._computed:
+            self._computed[name] = compute()
+        return self._computed[name]
+
+
+def sessions_table(silver: Silver) -> pd.DataFrame:
+    return sessions(silver.events, silver.events_lateness, silver.session_max_pages).iloc[:, :6]
+
+
+def _custom(silver: Silver) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return silver.once(
+        "sessions_custom",
+        lambda: sessions_custom(silver.events, silver.events_lateness, silver.session_max_pages),
+    )
+
+
+def sessions_custom_table(silver: Silver) -> pd.DataFrame:
+    return _custom(silver)[0]
+
+
+def session_stats_hourly_table(silver: Silver) -> pd.DataFrame:
+    return _custom(silver)[1]
+
+
+def user_activity_5m_table(silver: Silver) -> pd.DataFrame:
+    return user_activity_5m(silver.events)
+
+
+def user_activity_hourly_table(silver: Silver) -> pd.DataFrame:
+    return user_activity_hourly(silver.events, silver.events_lateness)
+
+
+def ad_performance_hourly_table(silver: Silver) -> pd.DataFrame:
+    return ad_performance_hourly(silver.attribution, silver.attribution_lateness)
+
+
+def purchase_alerts_table(silver: Silver) -> pd.DataFrame:
+    return purchase_alerts(silver.events)
+
+
+def user_activity_spans_table(silver: Silver) -> pd.DataFrame:
+    return user_activity_spans(silver.events, silver.events_lateness)

@@ -719,56 +719,48 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
 
 def _gold_flows() -> list[str]:
     """The gold flows recorded in ops.stream_progress (by name: gold.<flow>)."""
-    from gold.flows import FLOWS
+    from lakehouse.runner import layer_flows
 
-    return [flow.name for flow in FLOWS]
+    return [flow.name for flow in layer_flows("gold")]
+
+
+def reference_silver(
+    settings: Settings, events: pd.DataFrame, attribution: pd.DataFrame
+) -> oracle.Silver:
+    """The silver tables the gold references are computed from, with the settings they use."""
+    return oracle.Silver(
+        events,
+        attribution,
+        events_lateness=_lateness(settings.watermarks.events),
+        attribution_lateness=_lateness(settings.watermarks.attribution),
+        session_max_pages=settings.gold.session_max_pages,
+    )
 
 
 def gold_checks(
     settings: Settings, events: pd.DataFrame, attribution: pd.DataFrame, note: str = ""
 ) -> list[Check]:
-    lateness = _lateness(settings.watermarks.events)
-    found = lambda name: _found(settings, name)  # noqa: E731
-    sessions = oracle.sessions(events, lateness, settings.gold.session_max_pages)
-    custom, stats = oracle.sessions_custom(events, lateness, settings.gold.session_max_pages)
-    specs: list[tuple[str, pd.DataFrame, list[str]]] = [
-        ("gold.sessions", sessions.iloc[:, :6], ["user_id", "session_start"]),
-        ("gold.sessions_custom", custom, ["user_id", "session_start"]),
-        ("gold.session_stats_hourly", stats, ["hour_start"]),
-        ("gold.user_activity_5m", oracle.user_activity_5m(events), ["user_id", "window_start"]),
-        (
-            "gold.user_activity_hourly",
-            oracle.user_activity_hourly(events, lateness),
-            ["user_id", "hour_start"],
-        ),
-        (
-            "gold.ad_performance_hourly",
-            oracle.ad_performance_hourly(attribution, _lateness(settings.watermarks.attribution)),
-            ["ad_id", "hour_start"],
-        ),
-        (
-            "gold.user_activity_spans",
-            oracle.user_activity_spans(events, lateness),
-            ["user_id", "first_activity", "event_type"],
-        ),
-    ]
-    checks = [
-        compare(name, expected, found(name), list(expected.columns), keys, note)
-        for name, expected, keys in specs
-    ]
-    # an alert carries the figures of the moment it was raised, which depend on the batches:
-    # the purchases that alert do not
-    identity = ["user_id", "event_id", "purchase_time"]
-    checks.append(
-        compare(
-            "gold.purchase_alerts",
-            oracle.purchase_alerts(events),
-            found("gold.purchase_alerts"),
-            identity,
-            identity,
-            (note + "; " if note else "") + "which purchases alert",
+    """Each gold table the flows declare, against its declared reference over ``events`` and
+    ``attribution``."""
+    from lakehouse.runner import layer_flows
+
+    silver = reference_silver(settings, events, attribution)
+    checks = []
+    for output in (o for flow in layer_flows("gold") for o in flow.outputs):
+        ref = output.reference
+        if ref is None:
+            raise VerifyError(f"{output.table} declares no reference: it cannot be verified")
+        expected = ref.rows(silver)
+        checks.append(
+            compare(
+                output.table,
+                expected,
+                _found(settings, output.table),
+                list(ref.columns or expected.columns),
+                list(ref.keys),
+                "; ".join(n for n in (note, ref.note) if n),
+            )
         )
-    )
     return checks
 
 

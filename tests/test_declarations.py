@@ -52,3 +52,14 @@ def test_a_flow_that_does_not_analyse_is_named_in_one_line(spark, settings):
     message = str(caught.value)
     assert message.startswith("flow gold.broken does not analyse: [UNRESOLVED_COLUMN")
     assert "\n" not in message
+
+
+def test_every_gold_table_declares_its_reference():
+    """lakehouse verify and the streaming-equals-batch test compare the tables the gold flows
+    declare, each with its declared reference: a table without one would go unchecked."""
+    outputs = [o for flow in layer_flows("gold") for o in flow.outputs]
+    assert [o.table for o in outputs if o.reference is None] == []
+    for o in outputs:
+        keys = set(o.reference.keys)
+        assert keys <= {f.name for f in o.schema.fields}, o.table
+        assert keys <= set(o.reference.columns or keys), o.table
