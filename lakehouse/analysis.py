@@ -114,7 +114,7 @@ def schema_differences(declared: StructType, produced: StructType) -> list[str]:
 
 # ---- the stateful operators of an analysed plan ---------------------------------------------
 
-_ATTRIBUTE_ID = re.compile(r"#\d+(-T\d+ms)?|\bL\b")
+_ATTRIBUTE_ID = re.compile(r"#\d+L?(-T\d+ms)?")
 
 
 def _name(expression) -> str:
@@ -134,27 +134,42 @@ def _nodes(plan) -> Iterator:
     yield plan
 
 
+_WATERMARK = re.compile(r"(?:[0-9a-f-]{36}, )?(\w+): \w+, (.+)$")
+_UDF_ARGUMENTS = re.compile(r"^\w+\(([^)]*)\), (\d+),")
+_TIME_MODE = re.compile(r", (EventTime|ProcessingTime|NoTime), ")
+
+
+def _text(node) -> str:
+    """A node's one-line description, with Spark's attribute ids left out."""
+    return _ATTRIBUTE_ID.sub("", node.simpleString(25)).lstrip("~").removeprefix(node.nodeName())
+
+
 def _describe(node) -> str | None:
     """One line for a watermark or a stateful operator; None for any other node."""
     kind = node.nodeName()
-    if kind == "EventTimeWatermark":
-        return f"watermark on {node.eventTime().name()}, delay {node.delay().toString()}"
+    text = _text(node).strip()
+    if kind in ("EventTimeWatermark", "UpdateEventTimeWatermarkColumn"):
+        found = _WATERMARK.search(text)
+        where = " (on the rows the operator before it emits)" if kind.startswith("Update") else ""
+        return f"watermark on {found[1]}, delay {found[2]}{where}" if found else f"watermark {text}"
     if not node.isStreaming():
         return None
     if kind == "Aggregate":
         return f"aggregation by {_names(node.groupingExpressions())}"
-    if kind in ("Deduplicate", "DeduplicateWithinWatermark"):
-        return f"{'deduplication' if kind == 'Deduplicate' else 'deduplication within the watermark'} by {_names(node.keys())}"
+    if kind == "Deduplicate":
+        return f"deduplication by {_names(node.keys())}"
+    if kind == "DeduplicateWithinWatermark":
+        return f"deduplication within the watermark by {_names(node.keys())}"
     if kind == "Join" and node.left().isStreaming() and node.right().isStreaming():
-        condition = node.condition()
-        on = _name(condition.get()) if condition.isDefined() else "(none)"
-        return f"stream-stream {node.joinType().toString().lower()} join on {on}"
+        return f"stream-stream join: {text}"
     if kind.startswith("TransformWithState"):
+        arguments, mode = _UDF_ARGUMENTS.search(text), _TIME_MODE.search(text)
+        keys = ", ".join(arguments[1].split(", ")[: int(arguments[2])]) if arguments else "?"
         return (
-            f"transformWithState by {_names(node.groupingAttributes())}, "
-            f"{node.timeMode().toString()} time mode, state in the processor's variables"
+            f"transformWithState by {keys}, {mode[1] if mode else '?'} time mode "
+            "(state: the processor's variables)"
         )
-    if kind.startswith("FlatMapGroups") and "WithState" in kind:
+    if kind == "FlatMapGroupsInPandasWithState":
         return (
             f"applyInPandasWithState by {_names(node.groupingAttributes())}, "
             f"{node.timeout().toString()}"

@@ -63,3 +63,34 @@ def test_every_gold_table_declares_its_reference():
         keys = set(o.reference.keys)
         assert keys <= {f.name for f in o.schema.fields}, o.table
         assert keys <= set(o.reference.columns or keys), o.table
+
+
+def test_lakehouse_flows_prints_each_flow_with_its_state_and_starts_no_query(
+    spark, settings, capsys
+):
+    from lakehouse.cli import main
+
+    root = str(settings.root)
+    assert main(["flows", "--root", root, "--profile", "test", "--layer", "gold"]) == 0
+    assert spark.streams.active == []
+    assert not (settings.root / "tables").exists()  # analysed on a scratch lake
+    out = capsys.readouterr().out
+    blocks = out.split("\ngold.")
+    assert len(blocks) == 7 and out.rstrip().endswith("7 flows analysed; no query was started")
+    (custom,) = [b for b in blocks if b.startswith("sessions_custom:")]
+    assert custom.splitlines()[1:] == [
+        "  reads       silver.events",
+        "  writes      gold.sessions_custom, gold.session_stats_hourly (append)",
+        "  operators   watermark on event_time, delay 10 minutes",
+        "              transformWithState by bucket, EventTime time mode (state: the "
+        "processor's variables)",
+        "              watermark on session_end, delay 10 minutes (on the rows the operator "
+        "before it emits)",
+        "              aggregation by window",
+        f"  checkpoint  {root}/checkpoints/gold/sessions_custom",
+    ]
+    (hourly,) = [b for b in blocks if b.startswith("user_activity_hourly:")]
+    assert hourly.splitlines()[3:5] == [
+        "  operators   watermark on event_time, delay 10 minutes",
+        "              aggregation by user_id, window",
+    ]
