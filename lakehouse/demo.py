@@ -76,7 +76,22 @@ def _demo(spark, store, settings: Settings, events: int) -> int:
         print("the books do not balance: some rows are not where they should be (see above)")
         return 1
     print("the books balance: every landing line is in one place, as the manifest says")
+    _next_steps(settings)
     return 0
+
+
+def _next_steps(settings: Settings) -> None:
+    root = f"--root {settings.root}"
+    print()
+    print("next:")
+    for what, command in (
+        ("check every table against the reference", f"lakehouse verify {root}"),
+        ("see runs, state and drops", f"lakehouse status {root}"),
+        ("plots of the runs, one HTML file", f"lakehouse report {root}"),
+        ("query gold", f'lakehouse sql {root} "SELECT * FROM gold.sessions LIMIT 10"'),
+        ("serve the tables to a BI tool (JDBC)", f"lakehouse serve-sql {root}"),
+    ):
+        print(f"  {what:38} {command}")
 
 
 SILVER_INPUTS = {

@@ -184,17 +184,24 @@ def _unit(column: str, salt: int) -> str:
 
 
 # dbldatagen 0.4 sets Spark 3's deprecated "spark.sql.execution.arrow.enabled" on any Spark not
-# 3.x, and every later query of the session then logs a deprecation warning (127 lines in a
-# demo). The session sets the current key (spark.sql.execution.arrow.pyspark.enabled) already.
+# 3.x, which Spark logs as a deprecation warning then and at every later query of the session
+# (127 lines in a demo). The session sets the current key
+# (spark.sql.execution.arrow.pyspark.enabled) already.
 DEPRECATED_ARROW = "spark.sql.execution.arrow.enabled"
 
 
 def _data_generator(spark: SparkSession, **options):
-    """A dbldatagen DataGenerator, without the deprecated setting it leaves on the session."""
+    """A dbldatagen DataGenerator, without the deprecated setting it leaves on the session (and
+    without the warning of its setting it)."""
     import dbldatagen as dg
 
-    generator = dg.DataGenerator(spark, **options)
-    spark.conf.unset(DEPRECATED_ARROW)
+    level = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getRootLogger().getLevel()
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        generator = dg.DataGenerator(spark, **options)
+    finally:
+        spark.conf.unset(DEPRECATED_ARROW)
+        spark.sparkContext.setLogLevel(level.toString())
     return generator
 
 

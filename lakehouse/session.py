@@ -28,6 +28,8 @@ WORKER_CHATTER = (
     "Starting Streaming TransformWithStateInPandas Python worker",
     "Streaming TransformWithStateInPandas Python worker ",
 )
+# what the JVM prints at its start because Spark 4 adds the incubating vector module
+JVM_CHATTER = ("WARNING: Using incubator modules: jdk.incubator.vector",)
 
 
 def session_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
@@ -166,21 +168,28 @@ def _launch_jvm_apart(conf: dict[str, str], quiet: bool = True) -> None:
     # what SparkContext does with no gateway yet, plus the session of its own
     popen_kwargs: dict = {"start_new_session": True}
     if quiet:
-        popen_kwargs["stdout"] = subprocess.PIPE
+        popen_kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     SparkContext._gateway = launch_gateway(spark_conf, popen_kwargs=popen_kwargs)
     SparkContext._jvm = SparkContext._gateway.jvm
     if quiet:
-        stdout = SparkContext._gateway.proc.stdout
-        threading.Thread(target=_relay, args=(stdout,), name="jvm-stdout", daemon=True).start()
+        process = SparkContext._gateway.proc
+        for stream, fd in ((process.stdout, 1), (process.stderr, 2)):
+            name = f"jvm-{'stdout' if fd == 1 else 'stderr'}"
+            threading.Thread(target=_relay, args=(stream, fd), name=name, daemon=True).start()
 
 
-def _relay(stream: IO[bytes]) -> None:
-    """Copy the JVM's standard output to this process's (file descriptor 1, where the JVM wrote
-    before) line by line, without :data:`WORKER_CHATTER` and the empty line after each."""
+def _relay(stream: IO[bytes], fd: int) -> None:
+    """Copy one of the JVM's output streams to this process's (file descriptor ``fd``, where
+    the JVM wrote before) line by line, without :data:`WORKER_CHATTER` and the empty line after
+    each, and without :data:`JVM_CHATTER`. (Spark copies its Python workers' output to the
+    JVM's standard error.)"""
     after_chatter = False
     for line in iter(stream.readline, b""):
-        if line.decode(errors="replace").startswith(WORKER_CHATTER):
+        text = line.decode(errors="replace")
+        if text.startswith(WORKER_CHATTER):
             after_chatter = True
+            continue
+        if text.startswith(JVM_CHATTER):
             continue
         if after_chatter and not line.strip():
             after_chatter = False
@@ -189,7 +198,7 @@ def _relay(stream: IO[bytes]) -> None:
         with contextlib.suppress(OSError):  # a closed stdout: keep draining, or the JVM blocks
             view = memoryview(line)
             while view:
-                view = view[os.write(1, view) :]
+                view = view[os.write(fd, view) :]
 
 
 @contextlib.contextmanager

@@ -498,7 +498,9 @@ def test_the_demo_prints_the_books_of_bronze_and_silver_and_gold_rows(spark, set
     nothing else: no warning, no stack trace, no Python worker's start-up lines."""
     demo = subprocess.run(
         [
-            str(Path(sys.executable).with_name("lakehouse")),
+            sys.executable,
+            "-m",
+            "lakehouse.cli",  # the checkout's code (cwd), whatever the venv installed
             "demo",
             "--events",
             "2000",
@@ -509,6 +511,7 @@ def test_the_demo_prints_the_books_of_bronze_and_silver_and_gold_rows(spark, set
             "--backend",
             settings.backend,
         ],
+        cwd=Path(__file__).resolve().parents[1],
         capture_output=True,
         text=True,
         timeout=900,
@@ -518,7 +521,7 @@ def test_the_demo_prints_the_books_of_bronze_and_silver_and_gold_rows(spark, set
     noise = [
         line
         for line in (out + demo.stderr).splitlines()
-        if " WARN " in line
+        if "WARN" in line
         or " ERROR " in line
         or "Traceback" in line
         or "Warning" in line
@@ -554,4 +557,8 @@ def test_the_demo_prints_the_books_of_bronze_and_silver_and_gold_rows(spark, set
 
     for table in [o.table for flow in GOLD for o in flow.outputs]:
         assert f"{table}: {store.read(table).count():,} rows; the first 5:" in out
-    assert out.rstrip().endswith("every landing line is in one place, as the manifest says")
+    assert "the books balance: every landing line is in one place, as the manifest says" in out
+    assert out.rstrip().splitlines()[-6:-4] == [
+        "next:",
+        f"  check every table against the reference lakehouse verify --root {settings.root}",
+    ]

@@ -85,19 +85,31 @@ def caught_up(progress: dict | None, first_batch: int | None = None) -> bool:
 
 
 def stop_when_caught_up(
-    query: StreamingQuery, stop: StopRequest | None = None, poll_s: float = 0.1
+    query: StreamingQuery,
+    stop: StopRequest | None = None,
+    poll_s: float = 0.1,
+    spark: SparkSession | None = None,
+    log_level: str = "WARN",
 ) -> None:
     """Stop an available-now query that does not stop by itself once a micro-batch shows it
     caught up (see :func:`caught_up`), or return when a stop is requested.
     (``processAllAvailable`` never returns for such a query: each no-data batch counts as
-    progress.)"""
+    progress.) Such a query begins its next no-data micro-batch at once, and the stop cuts it:
+    with ``spark``, Spark's log is off while it stops (``log_level`` after), or the interrupted
+    file writes log warnings and errors with stack traces although nothing failed."""
     first_batch = None
     while query.isActive and not (stop and stop.requested):
         progress = query.lastProgress
         if first_batch is None and progress is not None:
             first_batch = progress["batchId"]
         if caught_up(progress, first_batch):
-            query.stop()
+            if spark is not None:
+                quiet_spark(spark)
+            try:
+                query.stop()
+            finally:
+                if spark is not None:
+                    spark.sparkContext.setLogLevel(log_level)
             return
         time.sleep(poll_s)
 
