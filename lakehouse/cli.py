@@ -269,13 +269,17 @@ def cmd_serve_sql(args: argparse.Namespace) -> int:
 
 def cmd_cluster(args: argparse.Namespace) -> int:
     from lakehouse import cluster
+    from lakehouse.jars import LOG4J_CONFIG
 
     settings = settings_from_args(args)
     if args.action == "package":
         code = cluster.package(Path(args.output))
         print(f"project code packed in {code}")
         jars = cluster.package_jars(settings, code.parent / "jars")
-        submit = f"spark-submit --master {settings.master} --py-files {code}"
+        submit = (
+            f"spark-submit --master {settings.master} --py-files {code} "
+            f"--driver-java-options -Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
+        )
         if jars:
             print(f"native backend jars copied to {code.parent / 'jars'} ({len(jars)} files)")
             submit += " --jars " + ",".join(str(j) for j in jars)

@@ -48,12 +48,20 @@ def native_jars(settings: Settings) -> list[str]:
     )
 
 
-def spark_submit_jars_args(settings: Settings) -> list[str]:
-    """``--jars a.jar,b.jar`` for spark-submit on the native backend (the driver and the
-    executors load Delta from them), ``[]`` on the embedded one."""
+# Spark's logging for every JVM the project starts: warnings and errors only (sessions pass it
+# to the driver they launch; spark-submit gets it from spark_submit_args)
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+
+def spark_submit_args(settings: Settings) -> list[str]:
+    """What spark-submit needs to run a job of the project: the project's log4j2 file for the
+    driver (spark-submit starts the JVM, with Spark's own INFO logging otherwise), and on the
+    native backend ``--jars a.jar,b.jar`` (the driver and the executors load Delta from
+    them)."""
+    quiet = ["--driver-java-options", f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"]
     if settings.backend != "native":
-        return []
+        return quiet
     jars = native_jars(settings)
     if not jars:
-        return ["--packages", settings.native.jars_packages]
-    return ["--jars", ",".join(jars)]
+        return [*quiet, "--packages", settings.native.jars_packages]
+    return [*quiet, "--jars", ",".join(jars)]

@@ -8,10 +8,9 @@ import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from lakehouse.jars import NativeJarsMissing, native_jars
+from lakehouse.jars import LOG4J_CONFIG, NativeJarsMissing, native_jars
 from lakehouse.javacheck import check_java
 from lakehouse.settings import Settings
 
@@ -20,7 +19,6 @@ if TYPE_CHECKING:
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 QUIET_LEVELS = ("WARN", "ERROR", "FATAL", "OFF")  # the log levels that hide the chatter below
 # What transformWithState's driver-side Python worker prints on the JVM's standard output at
 # every query start, although nothing is wrong (each line followed by an empty one).

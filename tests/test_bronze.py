@@ -19,7 +19,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from bronze.sources import QUARANTINE_TABLE, SOURCES
 from lakehouse import generate as gen
-from lakehouse.jars import spark_submit_jars_args
+from lakehouse.jars import spark_submit_args
 from lakehouse.progress import Progress
 from lakehouse.runner import FlowFailed, run_layers
 from lakehouse.storage.deltafiles import latest_version
@@ -390,7 +390,7 @@ def test_kill_9_in_the_middle_of_spark_submit_then_rerun(spark, settings, store)
     submit = Path(sys.executable).with_name("spark-submit")
     command = [
         str(submit),
-        *spark_submit_jars_args(settings),
+        *spark_submit_args(settings),
         str(REPO / "jobs" / "bronze.py"),
         "--root",
         str(settings.root),
@@ -436,7 +436,7 @@ def test_spark_submit_job_runs_the_layer(settings, tmp_path, layer, message):
     result = subprocess.run(
         [
             str(submit),
-            *spark_submit_jars_args(settings),
+            *spark_submit_args(settings),
             str(REPO / "jobs" / f"{layer}.py"),
             "--root",
             str(tmp_path / "nowhere"),
@@ -452,6 +452,8 @@ def test_spark_submit_job_runs_the_layer(settings, tmp_path, layer, message):
     output = result.stdout + result.stderr
     assert result.returncode == 2, output[-2000:]
     assert f"lakehouse: error: {message.format(root=tmp_path / 'nowhere')}" in output
+    # the driver starts with the project's log4j2 file, not Spark's INFO default
+    assert [line for line in output.splitlines() if " INFO " in line] == []
 
 
 def test_run_a_layer_before_its_input_exists_gets_one_line(tmp_path, capsys):

@@ -21,7 +21,7 @@ import pytest
 
 from lakehouse import checkpoints
 from lakehouse import generate as gen
-from lakehouse.jars import spark_submit_jars_args
+from lakehouse.jars import spark_submit_args
 from lakehouse.progress import Progress
 from lakehouse.runner import layer_flows, run_layers
 from lakehouse.settings import load_settings
@@ -49,7 +49,7 @@ def _submit(
         str(Path(sys.executable).parent / "spark-submit"),
         "--master",
         "local[2]",
-        *spark_submit_jars_args(load_settings("test")),
+        *spark_submit_args(load_settings("test")),
         str(PROJECT / "jobs" / f"{layer}.py"),
         "--root",
         str(root),

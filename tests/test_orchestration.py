@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 from bronze.flows import FLOWS as BRONZE_FLOWS
 from gold.flows import FLOWS as GOLD_FLOWS
 from lakehouse import oracle
-from lakehouse.jars import DEFAULT_JARS_DIR
+from lakehouse.jars import DEFAULT_JARS_DIR, LOG4J_CONFIG
 from lakehouse.settings import load_settings
 from silver.flows import FLOWS as SILVER_FLOWS
 
@@ -115,7 +115,9 @@ def test_the_dagbag_loads_the_pipeline_and_maintenance_dags(airflow_env):
     assert "delta-spark_4.2_2.13" in jars  # the driver and executors load Delta from them
     for layer in ("bronze", "silver", "gold"):
         assert tasks[layer]["command"] == (
-            f"{bin_dir}/spark-submit --master 'local[2]' --jars {jars} jobs/{layer}.py "
+            f"{bin_dir}/spark-submit --master 'local[2]' "
+            f"--driver-java-options -Dlog4j2.configurationFile=file:{LOG4J_CONFIG} "
+            f"--jars {jars} jobs/{layer}.py "
             f"--root {lake} --profile test --trigger available-now"
         )
         assert tasks[layer]["cwd"] == str(PROJECT)

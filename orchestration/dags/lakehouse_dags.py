@@ -32,7 +32,7 @@ if str(HOME) not in sys.path:
 from airflow.providers.standard.operators.bash import BashOperator  # noqa: E402
 from airflow.sdk import DAG  # noqa: E402
 
-from lakehouse.jars import NativeJarsMissing, spark_submit_jars_args  # noqa: E402
+from lakehouse.jars import NativeJarsMissing, spark_submit_args  # noqa: E402
 from lakehouse.settings import duration_seconds, load_settings  # noqa: E402
 
 LAYERS = ("bronze", "silver", "gold")
@@ -55,11 +55,11 @@ def _common_args(settings) -> str:
 
 
 def _jars_args(settings) -> str:
-    """``--jars ...`` of the native backend: the driver and the executors load Delta from
-    them. Without them (no `make setup` yet) the job itself says what is missing, in one
-    line, instead of the DAG file failing to load."""
+    """The project's log4j2 file for the driver, and ``--jars ...`` of the native backend: the
+    driver and the executors load Delta from them. Without them (no `make setup` yet) the job
+    itself says what is missing, in one line, instead of the DAG file failing to load."""
     try:
-        return " ".join(shlex.quote(a) for a in spark_submit_jars_args(settings))
+        return " ".join(shlex.quote(a) for a in spark_submit_args(settings))
     except NativeJarsMissing:
         return ""
 
