@@ -38,7 +38,9 @@ def main(argv=None) -> int:
     parser.add_argument("--root", default=str(Path(tempfile.gettempdir()) / "lakehouse-bench"))
     args = parser.parse_args(argv)
 
-    from bronze.flows import FLOWS
+    from lakehouse.runner import layer_flows
+
+    FLOWS = layer_flows("bronze")
     from bronze.sources import SCHEMAS
     from lakehouse import generate as gen
     from lakehouse.runner import run_flows

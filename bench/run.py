@@ -65,7 +65,9 @@ REFERENCES.update(
 
 
 def gold_flow_names() -> list[str]:
-    from gold.flows import FLOWS
+    from lakehouse.runner import layer_flows
+
+    FLOWS = layer_flows("gold")
 
     return [f.name for f in FLOWS]
 
@@ -101,7 +103,9 @@ def _link(base: Path, work: Path, *relative: str) -> None:
 def input_rows(unit: str, base) -> int:
     """The rows a unit reads, each input counted once: landing lines for bronze (and the
     pipeline), bronze rows for silver, silver rows for gold, a gold flow's own input."""
-    from gold.flows import FLOWS
+    from lakehouse.runner import layer_flows
+
+    FLOWS = layer_flows("gold")
     from lakehouse.generate import MANIFEST
 
     if unit in ("bronze", "pipeline", "floor.bronze"):

@@ -11,6 +11,8 @@ Schemas are explicit (ARCHITECTURE.md 5): nothing is inferred at run time.
 
 from __future__ import annotations
 
+from functools import partial
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -21,6 +23,8 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+from lakehouse.flows import Flow, LandingInput, Output
 
 SOURCES = ("events", "impressions", "clicks")
 
@@ -237,3 +241,25 @@ def quarantine_rows(parsed: DataFrame, source: str) -> DataFrame:
         "_source_file",
         "_ingested_at",
     )
+
+
+def _flow(source: str) -> Flow:
+    return Flow(
+        name=f"bronze.{source}",
+        description=f"landing/{source} JSON lines to bronze.{source}, bad lines to quarantine",
+        inputs=(LandingInput(source),),
+        transform=partial(parse_lines, source=source),
+        outputs=(
+            Output(
+                f"bronze.{source}",
+                partial(bronze_rows, source=source),
+                table_schema(source),
+                event_time=EVENT_TIME[source],
+            ),
+            Output(QUARANTINE_TABLE, partial(quarantine_rows, source=source), QUARANTINE_SCHEMA),
+        ),
+    )
+
+
+# the bronze flows: one per landing source, each writing its table and the shared quarantine
+FLOWS = tuple(_flow(source) for source in SOURCES)

@@ -27,6 +27,8 @@ from pyspark.sql.types import (
 )
 
 from gold.sessions import activity_totals
+from lakehouse import oracle
+from lakehouse.flows import Flow, Output, Reference, TableInput
 
 FIVE_MINUTE_TABLE = "gold.user_activity_5m"
 FIVE_MINUTE_KEYS = ("user_id", "window_start")
@@ -96,3 +98,39 @@ def hourly_activity(events: DataFrame, *, watermark: str) -> DataFrame:
             "max_events_per_5m",
         )
     )
+
+
+FLOWS = (
+    Flow(
+        name="gold.user_activity_5m",
+        description="per user 5-minute windows, update mode, upserted by (user, window)",
+        inputs=(TableInput("silver.events"),),
+        transform=five_minute_activity,
+        params=lambda settings: {"watermark": settings.watermarks.events},
+        output_mode="update",
+        keys=FIVE_MINUTE_KEYS,
+        outputs=(
+            Output(
+                FIVE_MINUTE_TABLE,
+                schema=FIVE_MINUTE_SCHEMA,
+                zorder_by=("user_id",),
+                reference=Reference(oracle.user_activity_5m_table, FIVE_MINUTE_KEYS),
+            ),
+        ),
+    ),
+    Flow(
+        name="gold.user_activity_hourly",
+        description="per user 5-minute counts chained into hourly windows, one query",
+        inputs=(TableInput("silver.events"),),
+        transform=hourly_activity,
+        params=lambda settings: {"watermark": settings.watermarks.events},
+        outputs=(
+            Output(
+                HOURLY_TABLE,
+                schema=HOURLY_SCHEMA,
+                zorder_by=("user_id",),
+                reference=Reference(oracle.user_activity_hourly_table, ("user_id", "hour_start")),
+            ),
+        ),
+    ),
+)

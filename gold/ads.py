@@ -15,6 +15,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType, TimestampType
 
+from lakehouse import oracle
+from lakehouse.flows import Flow, Output, Reference, TableInput
+
 TABLE = "gold.ad_performance_hourly"
 SCHEMA = StructType(
     [
@@ -47,3 +50,20 @@ def ad_performance(attribution: DataFrame, *, watermark: str) -> DataFrame:
             (F.col("clicks") / F.col("impressions")).alias("click_through_rate"),
         )
     )
+
+
+FLOW = Flow(
+    name="gold.ad_performance_hourly",
+    description="per ad and hour: impressions (once each), clicks, click-through rate",
+    inputs=(TableInput("silver.ad_attribution"),),
+    transform=ad_performance,
+    params=lambda settings: {"watermark": settings.watermarks.attribution},
+    outputs=(
+        Output(
+            TABLE,
+            schema=SCHEMA,
+            zorder_by=("ad_id",),
+            reference=Reference(oracle.ad_performance_hourly_table, ("ad_id", "hour_start")),
+        ),
+    ),
+)

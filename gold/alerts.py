@@ -32,6 +32,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from lakehouse import oracle
+from lakehouse.flows import Flow, Output, Reference, TableInput
 from lakehouse.settings import duration_seconds
 
 TABLE = "gold.purchase_alerts"
@@ -144,3 +146,33 @@ def purchase_alerts(
         .groupBy("user_id")
         .transformWithStateInPandas(processor, SCHEMA, "append", "ProcessingTime")
     )
+
+
+ALERT_IDENTITY = ("user_id", "event_id", "purchase_time")
+
+FLOW = Flow(
+    name="gold.purchase_alerts",
+    description="an alert per purchase that is the 3rd (or later) within 1 minute",
+    inputs=(TableInput("silver.events"),),
+    transform=purchase_alerts,
+    params=lambda settings: {
+        "ttl": settings.gold.state_ttl,
+        "lateness": settings.watermarks.events,
+    },
+    outputs=(
+        Output(
+            TABLE,
+            schema=SCHEMA,
+            zorder_by=("user_id",),
+            # an alert carries the figures of the moment it was raised, which depend on the
+            # batches: the purchases that alert do not
+            reference=Reference(
+                oracle.purchase_alerts_table,
+                ALERT_IDENTITY,
+                columns=ALERT_IDENTITY,
+                note="which purchases alert",
+            ),
+        ),
+    ),
+    stops_itself=False,  # ProcessingTime mode (TTL): endless no-data micro-batches
+)

@@ -70,6 +70,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from lakehouse import oracle
+from lakehouse.flows import Flow, Output, Reference, TableInput
 from lakehouse.settings import duration_seconds
 
 TABLE = "gold.sessions_custom"
@@ -616,3 +618,33 @@ def stats_rows(hourly: DataFrame) -> DataFrame:
         "mean_events",
         "purchasing_sessions",
     )
+
+
+FLOW = Flow(
+    name="gold.sessions_custom",
+    description="sessions from a transformWithStateInPandas processor, chained into "
+    "hourly session statistics, one query",
+    inputs=(TableInput("silver.events"),),
+    transform=sessions_and_hourly_stats,
+    params=lambda settings: {
+        "watermark": settings.watermarks.events,
+        "max_pages": settings.gold.session_max_pages,
+        "buckets": settings.gold.session_buckets,
+    },
+    seed_table=lambda settings: settings.gold.sessions_seed_table,
+    outputs=(
+        Output(
+            TABLE,
+            rows=session_rows,
+            schema=SCHEMA,
+            zorder_by=("user_id",),
+            reference=Reference(oracle.sessions_custom_table, ("user_id", "session_start")),
+        ),
+        Output(
+            STATS_TABLE,
+            rows=stats_rows,
+            schema=STATS_SCHEMA,
+            reference=Reference(oracle.session_stats_hourly_table, ("hour_start",)),
+        ),
+    ),
+)

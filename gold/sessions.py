@@ -18,6 +18,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from lakehouse import oracle
+from lakehouse.flows import Flow, Output, Reference, TableInput
+
 TABLE = "gold.sessions"
 GAP = "15 minutes"
 SCHEMA = StructType(
@@ -58,3 +61,20 @@ def sessions(events: DataFrame, *, watermark: str, gap: str = GAP) -> DataFrame:
             "revenue",
         )
     )
+
+
+FLOW = Flow(
+    name="gold.sessions",
+    description="session_window(event_time, 15 minutes) per user",
+    inputs=(TableInput("silver.events"),),
+    transform=sessions,
+    params=lambda settings: {"watermark": settings.watermarks.events},
+    outputs=(
+        Output(
+            TABLE,
+            schema=SCHEMA,
+            zorder_by=("user_id",),
+            reference=Reference(oracle.sessions_table, ("user_id", "session_start")),
+        ),
+    ),
+)

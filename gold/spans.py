@@ -33,6 +33,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from lakehouse import oracle
+from lakehouse.flows import Flow, Output, Reference, TableInput
 from lakehouse.settings import duration_seconds
 
 TABLE = "gold.user_activity_spans"
@@ -146,3 +148,23 @@ def activity_spans(events: DataFrame, *, watermark: str, idle: str = IDLE) -> Da
             GroupStateTimeout.EventTimeTimeout,
         )
     )
+
+
+FLOW = Flow(
+    name="gold.user_activity_spans",
+    description="per user and event type, first and last activity once idle 30 minutes "
+    "(applyInPandasWithState, event-time timeout)",
+    inputs=(TableInput("silver.events"),),
+    transform=activity_spans,
+    params=lambda settings: {"watermark": settings.watermarks.events},
+    outputs=(
+        Output(
+            TABLE,
+            schema=SCHEMA,
+            zorder_by=("user_id",),
+            reference=Reference(
+                oracle.user_activity_spans_table, ("user_id", "first_activity", "event_type")
+            ),
+        ),
+    ),
+)

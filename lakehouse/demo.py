@@ -174,7 +174,9 @@ def _silver_books(store) -> bool:
 
 def _gold_rows(store, flows: list[str], rows: int = 5) -> None:
     """Print each gold table's row count and its first rows by key (its first two columns)."""
-    from gold.flows import FLOWS
+    from lakehouse.runner import layer_flows
+
+    FLOWS = layer_flows("gold")
 
     tables = [o.table for f in FLOWS if f.name in flows for o in f.outputs]
     for table in tables:

@@ -9,14 +9,26 @@ in time comes out once, with null click columns, when the watermark has passed t
 
 from __future__ import annotations
 
+from functools import reduce
 from importlib import resources
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from lakehouse.quality import FAILED, Rule, dropped, flag, load_rules
-from silver.quarantine import ROUTE, SIDE, to_quarantine
+from lakehouse.flows import Flow, Output, TableInput, in_background
+from lakehouse.quality import (
+    FAILED,
+    RESULTS_TABLE,
+    Rule,
+    dropped,
+    enforce_fail_rules,
+    flag,
+    load_rules,
+    validate,
+)
+from silver import quarantine
+from silver.quarantine import CHECKED, ROUTE, SIDE, to_quarantine
 
 TABLE = "silver.ad_attribution"
 RULES = resources.files("silver") / "rules"  # package data: also loads from a zip
@@ -111,3 +123,38 @@ def side_rows(routed: DataFrame, side: str) -> DataFrame:
 
 def attribution_rows(routed: DataFrame) -> DataFrame:
     return routed.where(F.col(ROUTE) == TABLE).select(*COLUMNS)
+
+
+def _check(batch: DataFrame, batch_id: int):
+    """The fail rules on each side's kept rows, then in the background great-expectations'
+    results of each side's input rows in the batch (kept or quarantined)."""
+    sides = {side: (side_rows(batch, side), rules()) for side, (_c, rules) in SIDES.items()}
+    for rows, checks in sides.values():
+        enforce_fail_rules(rows.where(F.col(ROUTE) == CHECKED), checks, TABLE)
+
+    def results():
+        found = [
+            validate(rows.drop(FAILED, ROUTE), checks, TABLE, batch_id)
+            for rows, checks in sides.values()
+            if not rows.isEmpty()
+        ]
+        return reduce(DataFrame.unionByName, found) if found else None
+
+    return {RESULTS_TABLE: in_background(results)}
+
+
+FLOW = Flow(
+    name="silver.ad_attribution",
+    description="impressions left outer join clicks within an hour, both deduplicated",
+    inputs=(TableInput("bronze.impressions"), TableInput("bronze.clicks")),
+    transform=attribution,
+    params=lambda settings: {
+        "impressions_watermark": settings.watermarks.impressions,
+        "clicks_watermark": settings.watermarks.clicks,
+    },
+    outputs=(
+        Output(TABLE, attribution_rows, SCHEMA, event_time="impression_time"),
+        Output(quarantine.TABLE, quarantine.quarantine_rows, quarantine.SCHEMA),
+    ),
+    before_write=_check,
+)

@@ -16,7 +16,18 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from bronze.sources import SCHEMAS
-from lakehouse.quality import FAILED, Rule, dropped, flag, load_rules
+from lakehouse.flows import Flow, Output, TableInput, in_background
+from lakehouse.quality import (
+    FAILED,
+    RESULTS_TABLE,
+    Rule,
+    dropped,
+    enforce_fail_rules,
+    flag,
+    load_rules,
+    validate,
+)
+from silver import quarantine
 from silver.quarantine import ROUTE, to_quarantine
 
 # package data, read through importlib so that it also loads from a zip (spark-submit --py-files)
@@ -67,4 +78,31 @@ def events_rows(routed: DataFrame) -> DataFrame:
     return routed.where(F.col(ROUTE) == TABLE).select(*COLUMNS)
 
 
-__all__ = ["FAILED", "clean_events", "events_rows", "rules", "silver_events"]
+def _check(batch: DataFrame, batch_id: int):
+    """The fail rules on the kept rows (before anything is written), then, in the background
+    while the batch is written, great-expectations' results of the batch: every row, kept or
+    quarantined (none for a no-data batch, which only moves the watermark)."""
+    checks = rules()
+    enforce_fail_rules(batch.where(F.col(ROUTE) == TABLE), checks, TABLE)
+
+    def results():
+        data = batch.select(*COLUMNS)
+        return None if data.isEmpty() else validate(data, checks, TABLE, batch_id)
+
+    return {RESULTS_TABLE: in_background(results)}
+
+
+FLOW = Flow(
+    name="silver.events",
+    description="bronze.events checked, watermarked and deduplicated by event_id",
+    inputs=(TableInput("bronze.events"),),
+    transform=silver_events,
+    params=lambda settings: {"watermark": settings.watermarks.events},
+    outputs=(
+        Output(TABLE, events_rows, SCHEMA, event_time="event_time"),
+        Output(quarantine.TABLE, quarantine.quarantine_rows, quarantine.SCHEMA),
+    ),
+    before_write=_check,
+)
+
+__all__ = ["FAILED", "FLOW", "clean_events", "events_rows", "rules", "silver_events"]

@@ -18,13 +18,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gold.flows import FLOWS
 from lakehouse import cluster
 from lakehouse import generate as gen
 from lakehouse.progress import Progress
-from lakehouse.runner import run_layers
+from lakehouse.runner import layer_flows, run_layers
 from lakehouse.settings import load_settings
 from lakehouse.storage import table_store
+
+FLOWS = layer_flows("gold")
 
 JOBS = Path(__file__).resolve().parents[1] / "jobs"
 

@@ -9,10 +9,11 @@ import itertools
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
-from gold.flows import FLOWS
-from lakehouse.runner import run_flows
+from lakehouse.runner import layer_flows, run_flows
 from silver.attribution import SCHEMA as ATTRIBUTION_SCHEMA
 from silver.events import SCHEMA as EVENTS_SCHEMA
+
+FLOWS = layer_flows("gold")
 
 UTC = dt.UTC
 T = dt.datetime(2026, 1, 5, 10, 0)  # naive: how Spark returns timestamps (session time zone UTC)

@@ -14,12 +14,10 @@ import pandas as pd
 import pytest
 from deltalake import DeltaTable
 
-from bronze.flows import FLOWS as BRONZE_FLOWS
-from gold.flows import FLOWS as GOLD_FLOWS
 from lakehouse import oracle
 from lakehouse.jars import DEFAULT_JARS_DIR, LOG4J_CONFIG
+from lakehouse.runner import layer_flows
 from lakehouse.settings import load_settings
-from silver.flows import FLOWS as SILVER_FLOWS
 
 pytestmark = pytest.mark.e2e
 
@@ -183,7 +181,7 @@ def test_airflow_dags_test_runs_the_pipeline_and_maintenance(airflow_env):
         }, source
     # every flow of the three layers ran once and succeeded
     runs = _read(settings, "ops.runs")
-    flows = [f.name for f in (*BRONZE_FLOWS, *SILVER_FLOWS, *GOLD_FLOWS)]
+    flows = [f.name for layer in ("bronze", "silver", "gold") for f in layer_flows(layer)]
     assert sorted(runs["flow"]) == sorted(flows)
     assert set(runs["status"]) == {"succeeded"}
     # gold, computed by the spark-submit gold task, equals its batch computation on silver

@@ -22,11 +22,12 @@ from lakehouse.quality import Rule, RuleError, enforce_fail_rules, load_rules
 from lakehouse.runner import FlowFailed, layer_flows, run_flows, run_layers
 from lakehouse.storage.deltafiles import latest_version, open_table
 from silver import events
-from silver.flows import FLOWS
+
+FLOWS = layer_flows("silver")
 
 UTC = dt.UTC
 T = dt.datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
-EVENTS_FLOW = FLOWS[0]
+EVENTS_FLOW = next(f for f in FLOWS if f.name == "silver.events")
 
 
 def _bronze_row(
@@ -434,7 +435,7 @@ def test_ad_attribution_joins_within_the_hour_and_emits_unmatched_once(spark, se
     """Impressions at 10:00; a click at exactly 11:00 joins, one at 11:00:01 never does. The
     unclicked impressions come out with null click columns only once both watermarks (2 h and
     3 h behind the latest times) are past 11:00: not in the first run, once in the second."""
-    flow = FLOWS[1]
+    flow = next(f for f in FLOWS if f.name == "silver.ad_attribution")
     for source in ("impressions", "clicks"):
         store.create(f"bronze.{source}", table_schema(source))
 
@@ -553,7 +554,7 @@ def test_the_demo_prints_the_books_of_bronze_and_silver_and_gold_rows(spark, set
         "operator 2 dedupeWithinWatermark",
     ]
     # then every gold table, with its row count
-    from gold.flows import FLOWS as GOLD
+    GOLD = layer_flows("gold")
 
     for table in [o.table for flow in GOLD for o in flow.outputs]:
         assert f"{table}: {store.read(table).count():,} rows; the first 5:" in out

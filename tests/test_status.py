@@ -9,10 +9,11 @@ import re
 
 import pytest
 
-from gold.flows import FLOWS
 from lakehouse.cli import main
-from lakehouse.runner import MissingInput, run_flows
+from lakehouse.runner import MissingInput, layer_flows, run_flows
 from silver.events import SCHEMA as EVENTS_SCHEMA
+
+FLOWS = layer_flows("gold")
 
 UTC = dt.UTC
 T = dt.datetime(2026, 1, 5, 10, 0, tzinfo=UTC)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
 from lakehouse.flows import Flow
 from lakehouse.runner.errors import UnknownLayer
@@ -11,16 +12,26 @@ PIPELINE = ("bronze", "silver", "gold")
 
 
 def layer_flows(layer: str) -> tuple[Flow, ...]:
-    """The flows a layer declares (module ``<layer>.flows``, attribute ``FLOWS``)."""
+    """The flows a layer declares: every module of the package ``<layer>`` (in name order)
+    that declares a ``FLOW`` or ``FLOWS``, next to its transform."""
     if layer not in PIPELINE:
         raise UnknownLayer(f"unknown layer {layer!r}: use one of {', '.join(PIPELINE)} or all")
     try:
-        module = importlib.import_module(f"{layer}.flows")
+        package = importlib.import_module(layer)
     except ModuleNotFoundError as exc:
-        if exc.name != f"{layer}.flows":
+        if exc.name != layer:
             raise
-        raise UnknownLayer(f"the {layer} layer declares no flows yet") from None
-    return tuple(module.FLOWS)
+        raise UnknownLayer(f"the {layer} layer has no package") from None
+    flows: list[Flow] = []
+    for module in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        declared = importlib.import_module(f"{layer}.{module.name}")
+        flows += [declared.FLOW] if hasattr(declared, "FLOW") else getattr(declared, "FLOWS", ())
+    if not flows:
+        raise UnknownLayer(f"the {layer} layer declares no flows yet")
+    names = [flow.name for flow in flows]
+    if len(set(names)) != len(names):
+        raise ValueError(f"the {layer} layer declares a flow twice: {names}")
+    return tuple(flows)
 
 
 def declared_layers() -> list[str]:
