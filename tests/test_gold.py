@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import itertools
+from functools import partial
 
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
@@ -20,7 +21,7 @@ T = dt.datetime(2026, 1, 5, 10, 0)  # naive: how Spark returns timestamps (sessi
 _ids = itertools.count()
 
 
-def _event(user_id, minute, *, event_type="page_view", amount=None, page="/"):
+def _event(user_id, minute, *, event_type="page_view", amount=None, page="/", country="US"):
     return (
         f"e{next(_ids)}",
         user_id,
@@ -29,7 +30,7 @@ def _event(user_id, minute, *, event_type="page_view", amount=None, page="/"):
         amount,
         (T + dt.timedelta(minutes=minute)).replace(tzinfo=UTC),
         "web",
-        "US",
+        country,
         "f",
     )
 
@@ -425,3 +426,63 @@ def test_an_endless_query_is_stopped_only_once_every_available_row_is_read():
     assert not caught_up(progress(0, 4, 5, "null", batch=8), first_batch=7)
     assert caught_up(progress(0, 5, 5, "null", batch=8), first_batch=7)
     assert caught_up(progress(0, 9, 9, None, batch=8), first_batch=7)
+
+
+def test_revenue_by_country_comes_out_per_closed_hour_with_unknown_countries_and_late_rows_dropped(
+    spark, settings, store
+):
+    """Watermark 10 minutes. Hour 10: US 3 events (purchases of 20.0 and 5.5), DE a purchase
+    without an amount, an event without a country. It comes out once an event at 11:15 moves
+    the watermark past 11:00; a US purchase of 100.0 at 10:20 arriving after that is late and
+    dropped. Hour 11 (DE, 1 event) once an event at 12:30 passes 12:00; hour 12 stays open."""
+    flow = _flow("gold.revenue_by_country_hourly")
+    buy = partial(_event, event_type="purchase")
+    _deliver(
+        spark,
+        store,
+        settings,
+        flow,
+        [_event(1, 0), buy(1, 10, amount=20.0), buy(2, 30, country="DE")],
+        [_event(3, 40, country=None), buy(1, 50, amount=5.5)],
+    )
+    assert store.read("gold.revenue_by_country_hourly").count() == 0  # hour 10 is open
+    (first,) = _deliver(spark, store, settings, flow, [_event(2, 75, country="DE")])
+    hour = dt.timedelta(hours=1)
+    ten = [
+        Row(
+            country="DE",
+            hour_start=_at(0),
+            hour_end=_at(0) + hour,
+            events=1,
+            purchases=1,
+            revenue=0.0,
+        ),
+        Row(
+            country="US",
+            hour_start=_at(0),
+            hour_end=_at(0) + hour,
+            events=3,
+            purchases=2,
+            revenue=25.5,
+        ),
+        Row(
+            country="unknown",
+            hour_start=_at(0),
+            hour_end=_at(0) + hour,
+            events=1,
+            purchases=0,
+            revenue=0.0,
+        ),
+    ]
+    assertDataFrameEqual(store.read("gold.revenue_by_country_hourly"), ten)
+    (second,) = _deliver(spark, store, settings, flow, [buy(1, 20, amount=100.0), _event(1, 150)])
+    assert (first.late_rows, second.late_rows) == (0, 1)
+    eleven = Row(
+        country="DE",
+        hour_start=_at(60),
+        hour_end=_at(60) + hour,
+        events=1,
+        purchases=0,
+        revenue=0.0,
+    )
+    assertDataFrameEqual(store.read("gold.revenue_by_country_hourly"), [*ten, eleven])

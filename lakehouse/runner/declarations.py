@@ -44,3 +44,9 @@ def declared_layers() -> list[str]:
             continue
         found.append(layer)
     return found
+
+
+def declared_tables() -> list[str]:
+    """Every table the flows of the pipeline write, once each, in pipeline order."""
+    tables = [o.table for layer in declared_layers() for f in layer_flows(layer) for o in f.outputs]
+    return list(dict.fromkeys(tables))
