@@ -15,7 +15,7 @@ on a fresh lake (inputs linked read-only from the base) in available-now mode:
 - ``floor.bronze``: the landing JSON read with the explicit schemas and written as Parquet in
   one batch job; ``floor.silver``: bronze rows deduplicated by id (and impressions left-joined
   to clicks within the hour) in batch; ``floor.gold``: the gold aggregations (session windows,
-  5-minute and hourly windows, hourly ad figures, 30-minute activity spans) in batch.
+  5-minute and hourly windows, hourly ad and country figures, 30-minute activity spans) in batch.
 
 Per unit it prints and writes to ``--output`` (medians of the rounds): input rows, wall seconds
 of the work (the JVM start and the Spark session are not counted; they are the same few seconds
@@ -197,6 +197,9 @@ def _floor(spark, settings, base_settings, unit: str) -> int:
         frames["user_activity_hourly"] = five.groupBy(
             "user_id", F.window("window.start", "1 hour")
         ).agg(F.sum("events"), F.avg("events"), F.max("events"))
+        frames["revenue_by_country_hourly"] = ev.groupBy(
+            F.coalesce("country", F.lit("unknown")), F.window("event_time", "1 hour")
+        ).agg(F.count("*"), F.sum(purchase), F.sum(revenue))
         frames["user_activity_spans"] = ev.groupBy(
             "user_id", "event_type", F.session_window("event_time", "30 minutes")
         ).agg(F.min("event_time"), F.max("event_time"), F.count("*"))
