@@ -425,7 +425,11 @@ def test_kill_9_in_the_middle_of_spark_submit_then_rerun(spark, settings, store)
     ("layer", "message"),
     [
         ("bronze", "landing folder {root}/landing/events does not exist; check --root"),
-        ("silver", "input table bronze.events does not exist at {root}/tables/bronze/events"),
+        # the first silver flow by module name: silver.ad_attribution
+        (
+            "silver",
+            "input table bronze.impressions does not exist at {root}/tables/bronze/impressions",
+        ),
         ("gold", "input table silver.events does not exist at {root}/tables/silver/events"),
     ],
 )
