@@ -113,17 +113,25 @@ def sessions_custom(
     return found, stats.sort_values("hour_start", ignore_index=True)
 
 
+def _purchase_counts(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per ``keys``: events, purchases, and revenue (the purchases' amounts; one without an
+    amount counts 0)."""
+    purchase = frame["event_type"] == "purchase"
+    frame = frame.assign(
+        purchase=purchase.astype(np.int64),
+        revenue=frame["amount"].where(purchase, 0.0).fillna(0.0),
+    )
+    return frame.groupby(keys, as_index=False).agg(
+        events=("event_time", "size"), purchases=("purchase", "sum"), revenue=("revenue", "sum")
+    )
+
+
 def user_activity_5m(events: pd.DataFrame) -> pd.DataFrame:
     """Every user's 5-minute windows (update mode: a window is written with its first event
     and holds the latest counts)."""
     frame = _events(events)
     frame["window_start"] = frame["event_time"].dt.floor("5min")
-    purchase = frame["event_type"] == "purchase"
-    frame["purchase"] = purchase.astype(np.int64)
-    frame["revenue"] = frame["amount"].where(purchase, 0.0).fillna(0.0)
-    out = frame.groupby(["user_id", "window_start"], as_index=False).agg(
-        events=("event_time", "size"), purchases=("purchase", "sum"), revenue=("revenue", "sum")
-    )
+    out = _purchase_counts(frame, ["user_id", "window_start"])
     out.insert(2, "window_end", out["window_start"] + pd.Timedelta(minutes=5))
     return out.sort_values(["user_id", "window_start"], ignore_index=True)
 
@@ -220,12 +228,7 @@ def revenue_by_country_hourly(events: pd.DataFrame, lateness: pd.Timedelta) -> p
     closed_by = watermark(frame["event_time"], lateness)
     frame["country"] = frame["country"].fillna("unknown")
     frame["hour_start"] = _hour(frame["event_time"])
-    purchase = frame["event_type"] == "purchase"
-    frame["purchase"] = purchase.astype(np.int64)
-    frame["revenue"] = frame["amount"].where(purchase, 0.0).fillna(0.0)
-    out = frame.groupby(["country", "hour_start"], as_index=False).agg(
-        events=("event_time", "size"), purchases=("purchase", "sum"), revenue=("revenue", "sum")
-    )
+    out = _purchase_counts(frame, ["country", "hour_start"])
     out.insert(2, "hour_end", out["hour_start"] + pd.Timedelta(hours=1))
     out = out[out["hour_end"] <= closed_by]
     return out.sort_values(["country", "hour_start"], ignore_index=True)
