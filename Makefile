@@ -24,8 +24,7 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
-	# compat: a path entry for the checkout (setuptools' default finder warns at every install)
-	$(BIN)/pip install --quiet --config-settings editable_mode=compat -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
 # The JVM jars of the native backend (delta-spark, Spark's Kafka connector), fetched with Maven
