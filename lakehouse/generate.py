@@ -195,14 +195,13 @@ def _data_generator(spark: SparkSession, **options):
     without the warning of its setting it)."""
     import dbldatagen as dg
 
-    level = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getRootLogger().getLevel()
-    spark.sparkContext.setLogLevel("ERROR")
-    try:
-        generator = dg.DataGenerator(spark, **options)
-    finally:
-        spark.conf.unset(DEPRECATED_ARROW)
-        spark.sparkContext.setLogLevel(level.toString())
-    return generator
+    from lakehouse.session import spark_log_at
+
+    with spark_log_at(spark, "ERROR"):
+        try:
+            return dg.DataGenerator(spark, **options)
+        finally:
+            spark.conf.unset(DEPRECATED_ARROW)
 
 
 def events_spec(

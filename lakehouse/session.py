@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 QUIET_LEVELS = ("WARN", "ERROR", "FATAL", "OFF")  # the log levels that hide the chatter below
-# What transformWithState's driver-side Python worker prints on the JVM's standard output at
-# every query start, although nothing is wrong (each line followed by an empty one).
+# What transformWithState's driver-side Python worker prints at every query start, although
+# nothing is wrong (each line followed by an empty one); Spark copies it to the JVM's stderr.
 WORKER_CHATTER = (
     "Starting Streaming TransformWithStateInPandas Python worker",
     "Streaming TransformWithStateInPandas Python worker ",
@@ -212,3 +212,16 @@ def spark_session(settings: Settings, app_name: str, extra_conf: dict[str, str] 
     finally:
         if owned:
             spark.stop()
+
+
+@contextlib.contextmanager
+def spark_log_at(spark: SparkSession, level: str):
+    """Spark's log at ``level`` for the block, then back at the level it had (for a step that
+    makes Spark log warnings or errors although nothing failed)."""
+    root = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getRootLogger()
+    before = root.getLevel().toString()
+    spark.sparkContext.setLogLevel(level)
+    try:
+        yield
+    finally:
+        spark.sparkContext.setLogLevel(before)

@@ -174,7 +174,6 @@ class _Run:
             endless={flow.name for flow in self.flows if not flow.stops_itself},
             restart=self.queries.restart,
             stop=self.stop,
-            log_level=self.settings.log_level,
         )
         if self.stop.requested:
             print(
@@ -248,11 +247,10 @@ def _wait(
     endless: set[str] = frozenset(),
     restart: Callable[[str], bool] = lambda name: False,
     stop: StopRequest | None = None,
-    log_level: str = "WARN",
 ) -> None:
     """Until the flows are done (available-now) or one of them ends (continuous), or a stop is
     requested. A flow whose query failed is handed to ``restart``; one it started again is
-    waited for again. ``log_level``: Spark's, restored after an endless query's stop."""
+    waited for again."""
     stop = stop or StopRequest()
     if not continuous:
         # flows are independent: one failing does not cut the others' work short
@@ -261,7 +259,7 @@ def _wait(
                 query = queries[name]
                 with contextlib.suppress(Exception):  # reported from query.exception()
                     if name in endless:
-                        stop_when_caught_up(query, stop, spark=spark, log_level=log_level)
+                        stop_when_caught_up(query, stop, spark=spark)
                     else:
                         while not query.awaitTermination(POLL_S) and not stop.requested:
                             pass

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lakehouse import checkpoints
+from lakehouse.session import spark_log_at
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -89,13 +90,12 @@ def stop_when_caught_up(
     stop: StopRequest | None = None,
     poll_s: float = 0.1,
     spark: SparkSession | None = None,
-    log_level: str = "WARN",
 ) -> None:
     """Stop an available-now query that does not stop by itself once a micro-batch shows it
     caught up (see :func:`caught_up`), or return when a stop is requested.
     (``processAllAvailable`` never returns for such a query: each no-data batch counts as
     progress.) Such a query begins its next no-data micro-batch at once, and the stop cuts it:
-    with ``spark``, Spark's log is off while it stops (``log_level`` after), or the interrupted
+    with ``spark``, Spark's log is off while it stops, or the interrupted
     file writes log warnings and errors with stack traces although nothing failed."""
     first_batch = None
     while query.isActive and not (stop and stop.requested):
@@ -103,13 +103,8 @@ def stop_when_caught_up(
         if first_batch is None and progress is not None:
             first_batch = progress["batchId"]
         if caught_up(progress, first_batch):
-            if spark is not None:
-                quiet_spark(spark)
-            try:
+            with spark_log_at(spark, "OFF") if spark else contextlib.nullcontext():
                 query.stop()
-            finally:
-                if spark is not None:
-                    spark.sparkContext.setLogLevel(log_level)
             return
         time.sleep(poll_s)
 
