@@ -203,9 +203,10 @@ def test_a_flow_whose_python_worker_is_late_to_connect_back_is_restarted(
         assert job.wait(timeout=600) == 0, _read(log)[-6000:]
         text = _read(log)
     assert (tmp_path / "waited").is_dir(), "the job started no source planner"
-    # flows start one after the other: the first one's planner is the late one
+    # flows start one after the other, in declaration order: the first one's planner is late
+    first = layer_flows("gold")[0].name
     assert [line for line in text.splitlines() if "restarting" in line] == [
-        "flow gold.sessions: Python worker failed to connect back. (the machine was too busy); "
+        f"flow {first}: Python worker failed to connect back. (the machine was too busy); "
         "restarting it from its checkpoint (1 of 2)"
     ], text[-6000:]
     report = io.StringIO()
