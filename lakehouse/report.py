@@ -1,7 +1,8 @@
 """``lakehouse report``: one self-contained HTML file with plots of the runner's books.
 
 Read with delta-rs from ops.stream_progress, ops.runs and ops.quality_results (no Spark), drawn
-as inline SVG (no script, no network, no plotting library): throughput and micro-batch duration
+as inline SVG (no script, no network, no plotting library): the declared flow graph with each
+flow's last recorded watermark and state, throughput and micro-batch duration
 over time per flow, state rows over time per stateful operator, watermark lag, quality pass
 rates, rows dropped as late or duplicate, and the last run of each flow.
 """
@@ -10,10 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
+from lakehouse.flows import Flow, LandingInput
+from lakehouse.runner.declarations import PIPELINE, layer_flows
 from lakehouse.settings import Settings
 from lakehouse.status import last_runs, read_table
 
@@ -122,6 +126,116 @@ def bar_chart(title: str, unit: str, bars: dict[str, float]) -> str:
     return head + "".join(parts) + "</svg>"
 
 
+def _graph_nodes(flows: Sequence[Flow]) -> dict[str, list[str]]:
+    """Per column (landing, then each layer), its nodes in declaration order, side outputs
+    (a flow's second and later tables, such as the quarantines) after the main ones."""
+    order: dict[str, tuple[int, int]] = {}
+    for flow in flows:
+        for source in flow.inputs:
+            if isinstance(source, LandingInput):
+                order.setdefault(f"landing.{source.source}", (0, len(order)))
+        for n, output in enumerate(flow.outputs):
+            order.setdefault(output.table, (int(n > 0), len(order)))
+    columns: dict[str, list[str]] = {}
+    for node in sorted(order, key=order.__getitem__):
+        columns.setdefault(node.split(".")[0], []).append(node)
+    return columns
+
+
+def _sources(flow: Flow) -> list[str]:
+    return [f"landing.{s.source}" if isinstance(s, LandingInput) else s.table for s in flow.inputs]
+
+
+def flow_graph(flows: Sequence[Flow]) -> str:
+    """The declared pipeline as an SVG: one column per layer (landing files first), a box per
+    table, and per flow an arrow from each of its inputs to each table it writes, one colour
+    per flow."""
+    columns = _graph_nodes(flows)
+    box_h, row_h = 22, 30
+    # each column as wide as its longest name (11 px text: about 7 px a letter)
+    widths = [max(90, 12 + 7 * max(len(n.split(".", 1)[1]) for n in c)) for c in columns.values()]
+    gap = (WIDTH - sum(widths)) / max(len(columns) - 1, 1)
+    lefts = [sum(widths[:c]) + c * gap for c in range(len(columns))]
+    height = 30 + row_h * max(len(nodes) for nodes in columns.values())
+    where = {
+        node: (lefts[c], 26 + r * row_h, widths[c])
+        for c, nodes in enumerate(columns.values())
+        for r, node in enumerate(nodes)
+    }
+    parts = [f"<svg width='{WIDTH}' height='{height}' role='img' aria-label='flow graph'>"]
+    parts.extend(
+        f"<text x='{lefts[c] + 4:.1f}' y='14' class='unit'>{html.escape(name)}</text>"
+        for c, name in enumerate(columns)
+    )
+    for n, flow in enumerate(flows):
+        color = COLORS[n % len(COLORS)]
+        for source in _sources(flow):
+            for output in flow.outputs:
+                (x0, y0, w0), (x1, y1, _) = where[source], where[output.table]
+                x0, y0, y1 = x0 + w0, y0 + box_h / 2, y1 + box_h / 2
+                middle = (x0 + x1) / 2
+                parts.append(
+                    f"<path d='M{x0:.1f},{y0:.1f} C{middle:.1f},{y0:.1f} {middle:.1f},{y1:.1f} "
+                    f"{x1:.1f},{y1:.1f}' fill='none' stroke='{color}' stroke-width='1.5'>"
+                    f"<title>{html.escape(flow.name)}: {html.escape(source)} to "
+                    f"{html.escape(output.table)}</title></path>"
+                )
+    for node, (x, y, w) in where.items():
+        label = node.split(".", 1)[1]
+        parts.append(
+            f"<rect x='{x:.1f}' y='{y}' width='{w}' height='{box_h}' rx='4' "
+            f"fill='#f4f4f4' stroke='#999'/>"
+            f"<text x='{x + 6:.1f}' y='{y + 15}'>{html.escape(label)}</text>"
+        )
+    parts.append("</svg>")
+    legend = "".join(
+        f"<span><i style='background:{COLORS[n % len(COLORS)]}'></i>{html.escape(f.name)}</span>"
+        for n, f in enumerate(flows)
+    )
+    return "".join(parts) + f"<div class='legend'>{legend}</div>"
+
+
+def flow_table(flows: Sequence[Flow], progress: pd.DataFrame, settings: Settings) -> str:
+    """Per flow what ``lakehouse flows`` prints that needs no Spark: inputs, outputs, mode and
+    keys, checkpoint; and from its last recorded micro-batch, its watermark and each stateful
+    operator with its state rows (``lakehouse flows`` analyses the plan instead)."""
+    last: dict[str, pd.DataFrame] = {}
+    if not progress.empty:
+        for flow, rows in progress.groupby("flow"):
+            rows = rows[rows["timestamp"] == rows["timestamp"].max()]
+            last[str(flow)] = rows
+    body = []
+    for flow in flows:
+        mode = flow.output_mode + (f", upserted by {', '.join(flow.keys)}" if flow.keys else "")
+        rows = last.get(flow.name)
+        operators, watermark = "no micro-batch recorded", ""
+        if rows is not None:
+            named = rows.dropna(subset=["operator"]).sort_values("operator_index")
+            operators = (
+                ", ".join(
+                    f"{r.operator} ({int(r.state_rows):,} state rows)" for r in named.itertuples()
+                )
+                or "none"
+            )
+            mark = rows["watermark"].iloc[0]
+            watermark = "" if pd.isna(mark) or mark.year <= 1970 else f"{mark:%Y-%m-%d %H:%M:%S}"
+        cells = (
+            flow.name,
+            ", ".join(_sources(flow)),
+            ", ".join(o.table for o in flow.outputs),
+            mode,
+            operators,
+            watermark,
+            str(settings.checkpoint_path(flow.layer, flow.flow)),
+        )
+        body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    return (
+        "<table><tr><th>flow</th><th>reads</th><th>writes</th><th>output mode</th>"
+        "<th>stateful operators (last micro-batch)</th><th>watermark (UTC)</th>"
+        f"<th>checkpoint</th></tr>{''.join(body)}</table>"
+    )
+
+
 def _batches(progress: pd.DataFrame) -> pd.DataFrame:
     """One row per micro-batch (the progress table has one per stateful operator)."""
     return progress.drop_duplicates(["run_id", "batch_id"]).set_index("timestamp").sort_index()
@@ -137,7 +251,12 @@ def build_report(settings: Settings) -> str:
     progress = read_table(settings, "ops.stream_progress")
     runs = read_table(settings, "ops.runs")
     quality = read_table(settings, "ops.quality_results")
-    sections = []
+    declared = [flow for layer in PIPELINE for flow in layer_flows(layer)]
+    sections = [
+        "<h3>Flow graph</h3>",
+        flow_graph(declared),
+        flow_table(declared, progress, settings),
+    ]
     if not progress.empty:
         batches = _batches(progress)
         with_rows = batches[batches["input_rows"] > 0]

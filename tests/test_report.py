@@ -7,6 +7,7 @@ import re
 
 from lakehouse.cli import main
 from lakehouse.monitoring import ProgressRecorder, record_runs
+from lakehouse.runner import PIPELINE, declared_tables, layer_flows
 
 UTC = dt.UTC
 T = dt.datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
@@ -73,6 +74,7 @@ def test_the_report_plots_every_flow_and_lists_the_last_runs(settings, tmp_path,
     assert page.startswith("<!doctype html>") and "<script" not in page and "http" not in page
     charts = re.findall(r"<h3>([^<]+)</h3>", page)
     assert charts == [
+        "Flow graph",
         "Throughput per micro-batch that read rows",
         "Micro-batch duration",
         "State rows per stateful operator",
@@ -82,6 +84,31 @@ def test_the_report_plots_every_flow_and_lists_the_last_runs(settings, tmp_path,
         "Last run per flow",
     ]
     points = re.findall(r"<title>([^<]+)</title>", page)
+    # the declared graph: a box per landing source and table, an arrow per input and output
+    flows = [flow for layer in PIPELINE for flow in layer_flows(layer)]
+    graph = re.search(r"<svg[^>]*aria-label='flow graph'>(.*?)</svg>", page).group(1)
+    boxes = re.findall(r"<rect [^>]*/><text [^>]*>([^<]+)</text>", graph)
+    assert sorted(boxes) == sorted(
+        [*(t.split(".", 1)[1] for t in declared_tables()), "events", "impressions", "clicks"]
+    )
+    assert len(re.findall("<path ", graph)) == sum(len(f.inputs) * len(f.outputs) for f in flows)
+    assert "silver.ad_attribution: bronze.clicks to silver.quarantine" in points
+    # and per flow what it reads and writes, with its last micro-batch's state and watermark
+    table = re.search(r"<table><tr><th>flow</th><th>reads</th>.*?</table>", page).group(0)
+    rows = re.findall(r"<tr>((?:<td>[^<]*</td>)+)</tr>", table)
+    cells = {r[0]: r for r in (re.findall(r"<td>([^<]*)</td>", row) for row in rows)}
+    assert cells["silver.events"] == [
+        "silver.events",
+        "bronze.events",
+        "silver.events, silver.quarantine",
+        "append",
+        "dedupeWithinWatermark (15 state rows)",
+        "2026-11-22 09:50:00",
+        str(settings.checkpoint_path("silver", "events")),
+    ]
+    assert cells["bronze.events"][4:6] == ["none", "2026-11-22 09:50:00"]
+    assert cells["gold.sessions"][4] == "no micro-batch recorded"
+    assert cells["gold.user_activity_5m"][3] == "update, upserted by user_id, window_start"
     # throughput: only the micro-batches that read rows
     assert "silver.events 10:00:00: 500" in points and "silver.events 10:00:05: 800" in points
     assert "bronze.events 10:00:01: 1000" in points and "bronze.events 10:00:06: 1000" in points
