@@ -346,6 +346,34 @@ def validate(
         return _validate(batch, rules, table, batch_id, pandas_max_rows)
 
 
+def check_batch(
+    parts: Sequence[tuple[DataFrame, DataFrame, Sequence[Rule]]], table: str, batch_id: int
+):
+    """A silver flow's ``before_write``: per part of a micro-batch (kept rows, every input row,
+    rules), the fail rules on the kept rows, before anything is written; then, in the
+    background while the batch is written, great-expectations' results on every input row,
+    kept or quarantined (none for parts without rows: a no-data batch only moves the
+    watermark), as side rows for ops.quality_results."""
+    from functools import reduce
+
+    from pyspark.sql import DataFrame
+
+    from lakehouse.flows import in_background
+
+    for kept, _rows, rules in parts:
+        enforce_fail_rules(kept, rules, table)
+
+    def results() -> DataFrame | None:
+        found = [
+            validate(rows, rules, table, batch_id)
+            for _kept, rows, rules in parts
+            if not rows.isEmpty()
+        ]
+        return reduce(DataFrame.unionByName, found) if found else None
+
+    return {RESULTS_TABLE: in_background(results)}
+
+
 def _validate(
     batch: DataFrame, rules: Sequence[Rule], table: str, batch_id: int, pandas_max_rows: int
 ) -> DataFrame:

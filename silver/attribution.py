@@ -9,23 +9,20 @@ in time comes out once, with null click columns, when the watermark has passed t
 
 from __future__ import annotations
 
-from functools import reduce
 from importlib import resources
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from lakehouse.flows import Flow, Output, TableInput, in_background
+from lakehouse.flows import Flow, Output, TableInput
 from lakehouse.quality import (
     FAILED,
-    RESULTS_TABLE,
     Rule,
+    check_batch,
     dropped,
-    enforce_fail_rules,
     flag,
     load_rules,
-    validate,
 )
 from silver import quarantine
 from silver.quarantine import CHECKED, ROUTE, SIDE, to_quarantine
@@ -126,21 +123,13 @@ def attribution_rows(routed: DataFrame) -> DataFrame:
 
 
 def _check(batch: DataFrame, batch_id: int):
-    """The fail rules on each side's kept rows, then in the background great-expectations'
-    results of each side's input rows in the batch (kept or quarantined)."""
-    sides = {side: (side_rows(batch, side), rules()) for side, (_c, rules) in SIDES.items()}
-    for rows, checks in sides.values():
-        enforce_fail_rules(rows.where(F.col(ROUTE) == CHECKED), checks, TABLE)
-
-    def results():
-        found = [
-            validate(rows.drop(FAILED, ROUTE), checks, TABLE, batch_id)
-            for rows, checks in sides.values()
-            if not rows.isEmpty()
-        ]
-        return reduce(DataFrame.unionByName, found) if found else None
-
-    return {RESULTS_TABLE: in_background(results)}
+    """The fail rules on each side's kept rows, the results on each side's input rows in the
+    batch, kept or quarantined."""
+    parts = []
+    for side, (_columns, rules) in SIDES.items():
+        rows = side_rows(batch, side)
+        parts.append((rows.where(F.col(ROUTE) == CHECKED), rows.drop(FAILED, ROUTE), rules()))
+    return check_batch(parts, TABLE, batch_id)
 
 
 FLOW = Flow(

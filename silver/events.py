@@ -16,16 +16,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from bronze.sources import SCHEMAS
-from lakehouse.flows import Flow, Output, TableInput, in_background
+from lakehouse.flows import Flow, Output, TableInput
 from lakehouse.quality import (
     FAILED,
-    RESULTS_TABLE,
     Rule,
+    check_batch,
     dropped,
-    enforce_fail_rules,
     flag,
     load_rules,
-    validate,
 )
 from silver import quarantine
 from silver.quarantine import ROUTE, to_quarantine
@@ -79,17 +77,10 @@ def events_rows(routed: DataFrame) -> DataFrame:
 
 
 def _check(batch: DataFrame, batch_id: int):
-    """The fail rules on the kept rows (before anything is written), then, in the background
-    while the batch is written, great-expectations' results of the batch: every row, kept or
-    quarantined (none for a no-data batch, which only moves the watermark)."""
-    checks = rules()
-    enforce_fail_rules(batch.where(F.col(ROUTE) == TABLE), checks, TABLE)
-
-    def results():
-        data = batch.select(*COLUMNS)
-        return None if data.isEmpty() else validate(data, checks, TABLE, batch_id)
-
-    return {RESULTS_TABLE: in_background(results)}
+    """The fail rules on the kept rows, the results on every row, kept or quarantined."""
+    return check_batch(
+        [(batch.where(F.col(ROUTE) == TABLE), batch.select(*COLUMNS), rules())], TABLE, batch_id
+    )
 
 
 FLOW = Flow(
