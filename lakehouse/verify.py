@@ -714,7 +714,19 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
         for check in gold:
             check.tolerated = f"late data: gold flows dropped {late_in_gold:,} late rows"
     checks.extend(gold)
+    _every_table_checked(checks)
     return checks
+
+
+def _every_table_checked(checks: list[Check]) -> None:
+    """Fail when a declared table has no check: gold tables get theirs from the declarations,
+    bronze and silver ones from the code above, which a new table there must extend (without
+    this, verify would report "all tables equal" and never look at it)."""
+    from lakehouse.runner import declared_tables
+
+    unchecked = sorted(set(declared_tables()) - {check.table for check in checks})
+    if unchecked:
+        raise VerifyError(f"verify has no check for the declared table(s) {', '.join(unchecked)}")
 
 
 def _gold_flows() -> list[str]:

@@ -7,7 +7,8 @@ from pyspark.sql import types as T
 
 from lakehouse.analysis import FlowDoesNotAnalyse, analyse_flows, schema_differences
 from lakehouse.flows import Flow, Output, TableInput
-from lakehouse.runner import declared_layers, layer_flows
+from lakehouse.runner import declared_layers, declared_tables, layer_flows
+from lakehouse.verify import Check, VerifyError, _every_table_checked
 
 
 def test_every_flow_analyses_and_produces_its_declared_schemas(spark, settings):
@@ -63,6 +64,19 @@ def test_every_gold_table_declares_its_reference():
         keys = set(o.reference.keys)
         assert keys <= {f.name for f in o.schema.fields}, o.table
         assert keys <= set(o.reference.columns or keys), o.table
+
+
+def test_verify_refuses_to_pass_a_declared_table_it_does_not_check():
+    """Bronze and silver tables are checked by verify's own code, not by a declared reference:
+    a new one there without a check makes verify fail instead of calling every table equal."""
+    checks = [Check(table, 0, 0) for table in declared_tables()]
+    _every_table_checked(checks)
+    left_out = [c for c in checks if c.table not in ("silver.quarantine", "bronze.clicks")]
+    with pytest.raises(VerifyError) as error:
+        _every_table_checked(left_out)
+    assert str(error.value) == (
+        "verify has no check for the declared table(s) bronze.clicks, silver.quarantine"
+    )
 
 
 def test_lakehouse_flows_prints_each_flow_with_its_state_and_starts_no_query(
