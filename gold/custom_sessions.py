@@ -70,6 +70,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from gold.sessions import SCHEMA as SESSIONS_SCHEMA
 from lakehouse import oracle
 from lakehouse.flows import Flow, Output, Reference, TableInput
 from lakehouse.settings import duration_seconds
@@ -82,20 +83,15 @@ GAP = "15 minutes"
 MAX_PAGES = 50
 BUCKETS = 64
 
-SCHEMA = StructType(
-    [
-        StructField("user_id", LongType()),
-        StructField("session_start", TimestampType()),
-        StructField("session_end", TimestampType()),
-        StructField("events", LongType()),
-        StructField("purchases", LongType()),
-        StructField("revenue", DoubleType()),
-        StructField("landing_page", StringType()),
-        StructField("exit_page", StringType()),
-        StructField("pages", ArrayType(StringType())),
-        StructField("event_counts", MapType(StringType(), LongType())),
-    ]
-)
+# what a session holds beyond gold.sessions' columns, in the table and in the seed
+_PAGES = [
+    StructField("landing_page", StringType()),
+    StructField("exit_page", StringType()),
+    StructField("pages", ArrayType(StringType())),
+    StructField("event_counts", MapType(StringType(), LongType())),
+]
+# gold.sessions' columns (the same sessions), then the pages
+SCHEMA = StructType([*SESSIONS_SCHEMA.fields, *_PAGES])
 STATS_SCHEMA = StructType(
     [
         StructField("hour_start", TimestampType()),
@@ -115,10 +111,7 @@ SEED_SCHEMA = StructType(
         StructField("events", LongType()),
         StructField("purchases", LongType()),
         StructField("revenue", DoubleType()),
-        StructField("landing_page", StringType()),
-        StructField("exit_page", StringType()),
-        StructField("pages", ArrayType(StringType())),
-        StructField("event_counts", MapType(StringType(), LongType())),
+        *_PAGES,
     ]
 )
 
