@@ -11,6 +11,9 @@ DURATIONS ?= --durations=10
 
 JARS_DIR := jars/lib
 JARS_STAMP := $(JARS_DIR)/.fetched
+# Apache Kafka's broker (lakehouse kafka start), in a folder of its own: never on Spark's classpath
+KAFKA_JARS_DIR := jars/kafka-lib
+KAFKA_JARS_STAMP := $(KAFKA_JARS_DIR)/.fetched
 
 AIRFLOW_VENV := .venv-airflow
 AIRFLOW_VERSION := 3.3.2
@@ -27,25 +30,33 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-# The JVM jars of the native backend (delta-spark, Spark's Kafka connector), fetched with Maven
-# from jars/pom.xml once, and again only when the pom changes. Without Maven the Python side is
-# still set up and the embedded backend works; the native one says what to install.
-$(JARS_STAMP): jars/pom.xml
+# JVM jars fetched with Maven from a pom, once, and again only when the pom changes:
+# $(call fetch_jars,POM,DIR,WHAT). Without Maven the Python side is still set up and the
+# embedded backend works; the native one, and the Kafka broker, say what to install.
+define fetch_jars
 	@if ! command -v mvn >/dev/null 2>&1; then \
-	  echo "warning: mvn not found: the native Delta backend (the default) needs its jars; install Maven (e.g. apt-get install maven) and run make setup again, or use --backend embedded"; \
+	  echo "warning: mvn not found: $(3) cannot be fetched; install Maven (e.g. apt-get install maven) and run make setup again"; \
 	else \
-	  echo "fetching the delta-spark jars with Maven into $(JARS_DIR) (once)"; \
-	  rm -rf $(JARS_DIR).tmp && \
-	  if ! mvn -q -B -Dstyle.color=never -f jars/pom.xml dependency:copy-dependencies \
-	      -DincludeScope=runtime -DoutputDirectory=lib.tmp > jars/mvn.log 2>&1; then \
-	    cat jars/mvn.log; echo "error: Maven could not fetch the jars (log: jars/mvn.log)"; exit 1; \
+	  echo "fetching $(3) with Maven into $(2) (once)"; \
+	  rm -rf $(2).tmp && \
+	  if ! mvn -q -B -Dstyle.color=never -f $(1) dependency:copy-dependencies \
+	      -DincludeScope=runtime -DoutputDirectory=$(abspath $(2)).tmp > $(2).log 2>&1; then \
+	    cat $(2).log; echo "error: Maven could not fetch the jars (log: $(2).log)"; exit 1; \
 	  fi; \
-	  rm -rf $(JARS_DIR) && mv $(JARS_DIR).tmp $(JARS_DIR) && touch $(JARS_STAMP); \
+	  rm -rf $(2) && mv $(2).tmp $(2) && touch $(2)/.fetched; \
 	fi
+endef
 
-jars: $(JARS_STAMP)
+# the native Delta backend (the default): delta-spark and Spark's Kafka connector
+$(JARS_STAMP): jars/pom.xml
+	$(call fetch_jars,jars/pom.xml,$(JARS_DIR),the jars of the native Delta backend (the default; --backend embedded needs none))
 
-setup: $(STAMP) $(JARS_STAMP)
+$(KAFKA_JARS_STAMP): jars/kafka/pom.xml
+	$(call fetch_jars,jars/kafka/pom.xml,$(KAFKA_JARS_DIR),the jars of the Kafka broker (lakehouse kafka start))
+
+jars: $(JARS_STAMP) $(KAFKA_JARS_STAMP)
+
+setup: $(STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP)
 
 # Apache Airflow lives in its own virtual environment (its dependency tree is not ours); the
 # DAGs import only lakehouse.settings and run the tools of .venv.

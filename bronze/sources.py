@@ -167,7 +167,10 @@ def parse_lines(lines: DataFrame, source: str) -> DataFrame:
     value = F.col("value")
     # (the checks are ordered so the common line pays only for cheap ones: CASE WHEN
     # evaluates a branch only when its condition holds)
-    blank = F.when(raw.isNull(), value.rlike(r"^\s*$")).otherwise(F.lit(False))
+    # a blank line, or a Kafka record without a value (null)
+    blank = F.when(raw.isNull(), F.coalesce(value.rlike(r"^\s*$"), F.lit(True))).otherwise(
+        F.lit(False)
+    )
     # Spark's JSON parser stops after the first value: text after the object (a stray "}", a
     # second object from a producer that forgot a newline, with or without a comma) must not
     # pass for a good line. A line whose first "}" is its last character has none; the others
@@ -193,7 +196,7 @@ def parse_lines(lines: DataFrame, source: str) -> DataFrame:
     original = F.regexp_replace(F.base64(value.cast("binary")), r"\s", "")
     detail = (
         F.when(not_utf8, F.concat(F.lit("not UTF-8; its bytes in base64: "), original))
-        .when(blank, F.lit("blank line"))
+        .when(blank, F.when(value.isNull(), F.lit("null value")).otherwise(F.lit("blank line")))
         .when(raw.isNull(), F.lit("not a JSON object"))
         .when(trailing, F.lit("text after the JSON object"))
         .when(repeated, F.concat(F.lit("repeated key: "), F.array_join(repeated_names, ", ")))

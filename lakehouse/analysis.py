@@ -184,6 +184,9 @@ def stateful_operators(frame: DataFrame) -> list[str]:
 
 
 def _source(source: LandingInput | TableInput, settings: Settings) -> str:
+    if isinstance(source, LandingInput) and settings.bronze.source == "kafka":
+        topic = settings.topic(source.source)
+        return f"Kafka topic {topic} at {settings.kafka.bootstrap_servers}"
     if isinstance(source, LandingInput):
         return f"landing files {settings.landing_path(source.source)}"
     return source.table

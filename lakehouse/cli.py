@@ -104,7 +104,9 @@ def _positive(text: str) -> float:
 def cmd_generate(args: argparse.Namespace) -> int:
     from lakehouse import generate as gen
 
-    settings = settings_from_args(args)
+    settings = settings_from_args(
+        args, {"kafka.bootstrap_servers": args.bootstrap, "kafka.partitions": args.partitions}
+    )
     params = gen.params_from_settings(
         settings,
         events=args.events,
@@ -119,6 +121,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         malformed_fraction=args.malformed_fraction,
     )
     gen.Landing(settings.root)  # an unwritable root fails here, before Spark starts
+    sink = None
+    if args.sink == "kafka":  # a broker that does not answer fails here too
+        kafka = settings.kafka
+        sink = gen.KafkaSink(kafka.bootstrap_servers, kafka.partitions, kafka.topic_prefix)
     with spark_session(settings, "lakehouse-generate") as spark:
         if args.follow:
             gen.follow(
@@ -128,16 +134,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 rate=args.rate,
                 interval_s=args.interval,
                 ticks=args.ticks,
+                sink=sink,
             )
             entry = None
         else:
-            entry = gen.generate(spark, settings.root, params)
+            entry = gen.generate(spark, settings.root, params, sink=sink)
     if entry is not None:
+        unit = "batches" if sink else "files"
         for source, tally in entry["sources"].items():
             faults = ", ".join(f"{k} {v:,}" for k, v in tally["faults"].items() if v)
             print(
-                f"{source:12} {tally['lines']:>10,} lines in {tally['files']:>4} files  ({faults})"
+                f"{source:12} {tally['lines']:>10,} lines in {tally['files']:>4} {unit}  ({faults})"
             )
+    if sink:
+        topics = ", ".join(settings.topic(source) for source in gen.SOURCES)
+        print(f"topics {topics} at {settings.kafka.bootstrap_servers}")
     print(f"manifest: {settings.landing_path() / gen.MANIFEST}")
     return 0
 
@@ -267,6 +278,24 @@ def cmd_serve_sql(args: argparse.Namespace) -> int:
     return serve_sql(settings_from_args(args, extra))
 
 
+def cmd_kafka(args: argparse.Namespace) -> int:
+    from lakehouse import kafka
+
+    broker = kafka.broker(settings_from_args(args), args.dir, args.port)
+    if args.action == "start":
+        pid, started = kafka.start(broker, args.timeout)
+        state = "started" if started else "already running"
+        print(f"kafka: {state} (pid {pid}) at {broker.bootstrap}; log {broker.log}")
+        return 0
+    if args.action == "stop":
+        pid = kafka.stop(broker)
+        print(f"kafka: stopped (pid {pid})" if pid else f"kafka: not running ({broker.dir})")
+        return 0
+    lines = kafka.status_lines(broker)
+    print("\n".join(lines))
+    return 0 if broker.pid() else 1
+
+
 def cmd_cluster(args: argparse.Namespace) -> int:
     from lakehouse import cluster
     from lakehouse.jars import LOG4J_CONFIG
@@ -394,6 +423,23 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="with --follow, stop after this many files (default 0: until Ctrl-C)",
     )
+    p.add_argument(
+        "--sink",
+        choices=["files", "kafka"],
+        default="files",
+        help="landing files (default), or records to the Kafka topics events, impressions and "
+        "clicks (key: the user id)",
+    )
+    p.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT",
+        help="with --sink kafka: the broker (default: settings kafka.bootstrap_servers)",
+    )
+    p.add_argument(
+        "--partitions",
+        type=_non_negative_int,
+        help="with --sink kafka: partitions of a topic it creates (default: kafka.partitions, 3)",
+    )
     p.set_defaults(func=cmd_generate)
     p = sub.add_parser(
         "verify",
@@ -495,6 +541,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory", default="2g", help="worker memory (default %(default)s)")
     p.add_argument("--output", default="dist/lakehouse-code.zip", help="package: the zip to write")
     p.set_defaults(func=cmd_cluster)
+    p = sub.add_parser(
+        "kafka",
+        parents=[common],
+        help="Apache Kafka's broker on loopback (KRaft, one process): start, stop, status",
+        description="Start Kafka's broker in the background (its storage formatted the first "
+        "time) and wait until it serves; stop it; or list its topics with their partitions and "
+        "end offsets. Its configuration, data and log live in --dir.",
+    )
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--dir", help="the broker's folder (default: <root>/kafka)")
+    p.add_argument(
+        "--port",
+        type=_non_negative_int,
+        help="its client port on 127.0.0.1 (default: the port of kafka.bootstrap_servers, 9092)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=90.0,
+        help="start: seconds to wait for the broker to serve (default %(default)s)",
+    )
+    p.set_defaults(func=cmd_kafka)
     return parser
 
 

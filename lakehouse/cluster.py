@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
+from lakehouse.processes import alive, listening, stop_group
 from lakehouse.settings import Settings
 
 PACKAGES = ("lakehouse", "bronze", "silver", "gold")
@@ -69,12 +68,6 @@ def _folder(settings: Settings) -> Path:
     return folder
 
 
-def _listening(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1)
-        return s.connect_ex((host, port)) == 0
-
-
 def _master_state(ep: Endpoints) -> dict:
     with urllib.request.urlopen(f"http://{ep.host}:{ep.master_ui}/json/", timeout=5) as r:
         return json.load(r)
@@ -100,20 +93,12 @@ def _launch(settings: Settings, name: str, args: list[str]) -> int:
     return process.pid
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def _pid(settings: Settings, name: str) -> int | None:
     path = settings.root / "cluster" / f"{name}.pid"
     if not path.exists():
         return None
     pid = int(path.read_text())
-    return pid if _alive(pid) else None
+    return pid if alive(pid) else None
 
 
 def start(
@@ -127,11 +112,11 @@ def start(
     """Start a master and one worker (``cores`` and ``memory`` for executors) and wait until
     the worker has registered."""
     ep = endpoints(settings, master_ui, worker_ui)
-    if _pid(settings, "master") or _listening(ep.host, ep.port):
+    if _pid(settings, "master") or listening(ep.host, ep.port):
         raise ClusterError(f"something already listens at {ep.url}: `lakehouse cluster stop`?")
     master = ["org.apache.spark.deploy.master.Master", "--host", ep.host, "--port", str(ep.port)]
     _launch(settings, "master", [*master, "--webui-port", str(ep.master_ui)])
-    _wait(lambda: _listening(ep.host, ep.port), timeout_s, f"the master at {ep.url}", settings)
+    _wait(lambda: listening(ep.host, ep.port), timeout_s, f"the master at {ep.url}", settings)
     worker = ["org.apache.spark.deploy.worker.Worker", ep.url, "--host", ep.host]
     worker += ["--cores", str(cores), "--memory", memory, "--webui-port", str(ep.worker_ui)]
     worker += ["--work-dir", str(_folder(settings) / "work")]
@@ -165,12 +150,7 @@ def stop(settings: Settings, timeout_s: float = 30) -> list[str]:
         pid = _pid(settings, name)
         if pid is None:
             continue
-        os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if _alive(pid):
-            os.killpg(pid, signal.SIGKILL)
+        stop_group(pid, timeout_s)
         (settings.root / "cluster" / f"{name}.pid").unlink(missing_ok=True)
         stopped.append(name)
     return stopped

@@ -694,6 +694,78 @@ class Landing:
         os.replace(tmp, self.manifest_path)
 
 
+_USER_ID = re.compile(r'"user_id"\s*:\s*(-?\d+)')
+
+
+class KafkaSink:
+    """Produces what the file sink writes as landing files to Kafka instead: each source's
+    lines, in arrival order, as the records of topic ``<prefix><source>`` (created with ``partitions``
+    partitions when missing), keyed by the line's user id (none when a corrupted line lost
+    it), with an idempotent producer (acks=all). Each write is flushed before it returns, so
+    what the manifest records was acknowledged by the broker; the manifest gets, per source,
+    the first and end offsets written to each partition."""
+
+    def __init__(self, bootstrap: str, partitions: int, prefix: str = ""):
+        from confluent_kafka import Producer
+
+        from lakehouse import kafka
+
+        self.topics = {source: prefix + source for source in SOURCES}
+        kafka.create_topics(bootstrap, list(self.topics.values()), partitions)
+        self.bootstrap = bootstrap
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 20,
+                "message.max.bytes": 2 * 1024 * 1024,
+                "log_level": 0,
+            }
+        )
+        self.offsets: dict[str, dict[int, list[int]]] = {t: {} for t in self.topics.values()}
+        self.batches = dict.fromkeys(SOURCES, 0)
+        self.failed: list[str] = []
+
+    def _delivered(self, error, message) -> None:
+        if error is not None:
+            self.failed.append(error.str())
+            return
+        span = self.offsets[message.topic()].setdefault(message.partition(), [message.offset()] * 2)
+        span[0] = min(span[0], message.offset())
+        span[1] = max(span[1], message.offset() + 1)
+
+    def write(self, source: str, landed: Landed) -> str:
+        produce, topic = self.producer.produce, self.topics[source]
+        for line in landed.lines.tolist():
+            found = _USER_ID.search(line)
+            key = found.group(1) if found else None
+            while True:
+                try:
+                    produce(topic, value=line.encode(), key=key, on_delivery=self._delivered)
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    self.producer.poll(0.1)
+        left = self.producer.flush(120)
+        if left or self.failed:
+            why = self.failed[0] if self.failed else f"{left} records still unacknowledged"
+            raise GenerateError(f"Kafka at {self.bootstrap} did not take the records: {why}")
+        self.batches[source] += 1
+        return f"{source} batch {self.batches[source]}"
+
+    def books(self, source: str) -> dict[str, Any]:
+        """What the manifest records of the topic: where the records are."""
+        topic = self.topics[source]
+        spans = self.offsets[topic]
+        return {
+            "kafka": {
+                "bootstrap": self.bootstrap,
+                "topic": topic,
+                "offsets": {str(p): spans[p] for p in sorted(spans)},
+            }
+        }
+
+
 def split_by_arrival(landed: Landed, start_ms: int, slice_ms: int) -> Iterable[Landed]:
     """Sort lines by arrival (stable: originals before their later copies) and cut them into
     consecutive arrival slices; empty slices yield nothing."""
@@ -710,6 +782,17 @@ def split_by_arrival(landed: Landed, start_ms: int, slice_ms: int) -> Iterable[L
 # entry points
 
 
+def _write(landing: Landing, sink: KafkaSink | None, source: str, part: Landed) -> str:
+    """One landing file of ``part``, or one flushed batch of records to Kafka."""
+    if sink is not None:
+        return sink.write(source, part)
+    return landing.write_file(source, landing.next_sequence(source), part)
+
+
+def _summary(tally: SourceTally, sink: KafkaSink | None, source: str) -> dict[str, Any]:
+    return {**tally.summary(), **(sink.books(source) if sink else {})}
+
+
 def _run_number(landing: Landing) -> int:
     return 1 + max((r["run"] for r in landing.manifest["runs"]), default=-1)
 
@@ -724,8 +807,10 @@ def generate(
     params: GenerateParams,
     *,
     progress: Callable[[str], Progress] | None = None,
+    sink: KafkaSink | None = None,
 ) -> dict[str, Any]:
-    """Generate one batch of landing files for every source; return this run's manifest entry."""
+    """Generate one batch of landing files for every source (or of records to Kafka, with
+    ``sink``); return this run's manifest entry."""
     params = params.validate()
     landing = Landing(root)
     if params.start is None:
@@ -748,6 +833,7 @@ def generate(
     entry: dict[str, Any] = {
         "run": run,
         "mode": "batch",
+        "sink": "kafka" if sink else "files",
         "complete": False,  # until every file is written: a crash leaves this visible
         "params": dataclasses.asdict(params),
         "sources": {},
@@ -757,14 +843,13 @@ def generate(
         event_ms, lines = records[source]
         landed = inject_faults(source, event_ms, lines, params, _rng(params.seed, run, source))
         tally = SourceTally()
-        seq = landing.next_sequence(source)
         slices = list(split_by_arrival(landed, params.start_ms, int(params.file_minutes * 60_000)))
-        bar = make_progress(f"writing landing/{source}")
+        bar = make_progress(f"producing to topic {source}" if sink else f"writing landing/{source}")
         for i, part in enumerate(slices):
-            tally.add(landing.write_file(source, seq + i, part), part)
+            tally.add(_write(landing, sink, source, part), part)
             bar.update(i + 1, len(slices))
-        bar.done(f"{tally.lines:,} lines in {len(slices)} files")
-        entry["sources"][source] = tally.summary()
+        bar.done(f"{tally.lines:,} lines in {len(slices)} {'batches' if sink else 'files'}")
+        entry["sources"][source] = _summary(tally, sink, source)
         landing.record_run(entry)
     entry["complete"] = True
     landing.record_run(entry)
@@ -781,6 +866,7 @@ def follow(
     interval_s: float,
     ticks: int = 0,
     out=sys.stderr,
+    sink: KafkaSink | None = None,
 ) -> dict[str, Any]:
     """Every ``interval_s`` seconds, write one small file per source with current event times
     (``rate`` events per second), until ``ticks`` files were written (0: until interrupted).
@@ -803,6 +889,7 @@ def follow(
     entry: dict[str, Any] = {
         "run": run,
         "mode": "follow",
+        "sink": "kafka" if sink else "files",
         "complete": False,
         "rate": rate,
         "interval": interval_s,
@@ -826,10 +913,9 @@ def follow(
             if due.any():
                 part = waiting.take(np.flatnonzero(due))
                 part = part.take(np.argsort(part.arrival, kind="stable"))
-                seq = landing.next_sequence(source)
-                tallies[source].add(landing.write_file(source, seq, part), part)
+                tallies[source].add(_write(landing, sink, source, part), part)
             pending[source] = waiting.take(np.flatnonzero(~due))
-        entry["sources"] = {s: tallies[s].summary() for s in SOURCES}
+        entry["sources"] = {s: _summary(tallies[s], sink, s) for s in SOURCES}
         landing.record_run(entry)
 
     try:

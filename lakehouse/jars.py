@@ -48,6 +48,31 @@ def native_jars(settings: Settings) -> list[str]:
     )
 
 
+# Spark's Kafka connector and what it needs, among the jars of jars/lib: the native backend
+# loads all of them; the embedded one only these, when bronze reads Kafka
+KAFKA_CONNECTOR = (
+    "spark-sql-kafka-",
+    "spark-token-provider-kafka-",
+    "kafka-clients-",
+    "commons-pool2-",
+)
+
+
+def kafka_connector_jars(settings: Settings) -> list[str]:
+    """The jars of Spark's Kafka connector (for the embedded backend with ``bronze.source =
+    "kafka"``; the native backend's jars include them)."""
+    folder = jars_dir(settings)
+    jars = sorted(
+        str(p.absolute()) for p in folder.glob("*.jar") if p.name.startswith(KAFKA_CONNECTOR)
+    )
+    if len(jars) < len(KAFKA_CONNECTOR):
+        raise NativeJarsMissing(
+            f"bronze.source = kafka needs Spark's Kafka connector in {folder}, which lacks it: "
+            "run `make setup` (it fetches it with Maven from jars/pom.xml)"
+        )
+    return jars
+
+
 # Spark's logging for every JVM the project starts: warnings and errors only (sessions pass it
 # to the driver they launch; spark-submit gets it from spark_submit_args)
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -60,6 +85,8 @@ def spark_submit_args(settings: Settings) -> list[str]:
     them)."""
     quiet = ["--driver-java-options", f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"]
     if settings.backend != "native":
+        if settings.bronze.source == "kafka":
+            return [*quiet, "--jars", ",".join(kafka_connector_jars(settings))]
         return quiet
     jars = native_jars(settings)
     if not jars:

@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import IO, TYPE_CHECKING
 
-from lakehouse.jars import LOG4J_CONFIG, NativeJarsMissing, native_jars
+from lakehouse.jars import LOG4J_CONFIG, NativeJarsMissing, kafka_connector_jars, native_jars
 from lakehouse.javacheck import check_java
 from lakehouse.settings import Settings
 
@@ -75,6 +75,8 @@ def session_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
         conf["spark.pyspark.python"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
     if settings.backend == "native":
         conf.update(native_delta_conf(settings, submitted))
+    elif settings.bronze.source == "kafka" and not submitted:
+        conf["spark.jars"] = ",".join(kafka_connector_jars(settings))
     conf.update(settings.spark_conf)
     return conf
 

@@ -30,6 +30,8 @@ STATE_STORES = ("rocksdb", "hdfs")
 ENV_PREFIX = "LAKEHOUSE_"
 _DURATION = re.compile(r"^\s*(\d+)\s*(second|minute|hour|day)s?\s*$")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9._-]{0,200}$")
+_BOOTSTRAP = re.compile(r"^[^\s,:]+:\d{1,5}(,[^\s,:]+:\d{1,5})*$")
 
 
 class SettingsError(LakehouseError, ValueError):
@@ -97,6 +99,27 @@ class NativeSettings:
 
 
 @dataclass(frozen=True)
+class BronzeSettings:
+    # where bronze reads raw events: "files" (landing/<source>/) or "kafka" (topic <source>)
+    source: str = "files"
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    bootstrap_servers: str = "127.0.0.1:9092"
+    # the topics are <prefix><source>: events, impressions and clicks by default; a prefix
+    # ("shop1.") keeps several lakes, or tests, apart on one broker
+    topic_prefix: str = ""
+    # partitions of each topic `lakehouse generate --sink kafka` creates
+    partitions: int = 3
+    # where a bronze flow's first run starts reading its topic; later runs go on from their
+    # checkpoint's offsets
+    starting_offsets: str = "earliest"
+    # records a bronze micro-batch reads at most, over its topic's partitions; 0: no limit
+    max_offsets_per_trigger: int = 0
+
+
+@dataclass(frozen=True)
 class SqlSettings:
     host: str = "127.0.0.1"
     port: int = 10000
@@ -146,6 +169,8 @@ class Settings:
     maintenance: MaintenanceSettings = field(default_factory=MaintenanceSettings)
     write: WriteSettings = field(default_factory=WriteSettings)
     native: NativeSettings = field(default_factory=NativeSettings)
+    bronze: BronzeSettings = field(default_factory=BronzeSettings)
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
     sql: SqlSettings = field(default_factory=SqlSettings)
     gold: GoldSettings = field(default_factory=GoldSettings)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
@@ -161,6 +186,10 @@ class Settings:
         """Location of table ``layer.table``, e.g. ``gold.sessions`` -> ``tables/gold/sessions``."""
         layer, table = split_table_name(name)
         return self.root / "tables" / layer / table
+
+    def topic(self, source: str) -> str:
+        """The Kafka topic of landing source ``source``."""
+        return self.kafka.topic_prefix + _checked_name("source", source)
 
     def checkpoint_path(self, layer: str, flow: str) -> Path:
         if layer not in LAYERS:
@@ -311,6 +340,8 @@ _CHOICES = {
     "trigger.mode": TRIGGERS,
     "state_store.provider": STATE_STORES,
     "log_level": ("ERROR", "WARN", "INFO", "DEBUG"),
+    "bronze.source": ("files", "kafka"),
+    "kafka.starting_offsets": ("earliest", "latest"),
 }
 _DURATIONS = {
     "trigger.interval",
@@ -328,6 +359,7 @@ _POSITIVE = {
     "gold.session_max_pages",
     "gold.session_buckets",
     "write.rows_per_file",
+    "kafka.partitions",
 }
 _NON_NEGATIVE = {
     "trigger.max_files_per_trigger",
@@ -335,6 +367,7 @@ _NON_NEGATIVE = {
     "maintenance.target_file_size_mb",
     "scheduler.retries",
     "scheduler.generate_events",
+    "kafka.max_offsets_per_trigger",
 }
 
 
@@ -383,6 +416,14 @@ def _coerce(dotted: str, hint: Any, value: Any) -> Any:
         if choices and text not in choices:
             raise SettingsError(
                 f"setting {dotted!r} must be one of {', '.join(choices)}; got {text!r}"
+            )
+        if dotted == "kafka.topic_prefix" and not _TOPIC_PREFIX.match(text):
+            raise SettingsError(
+                f"setting {dotted!r} may hold letters, digits, '.', '_' and '-' only; got {text!r}"
+            )
+        if dotted == "kafka.bootstrap_servers" and not _BOOTSTRAP.match(text):
+            raise SettingsError(
+                f"setting {dotted!r} must be HOST:PORT[,HOST:PORT...]; got {text!r}"
             )
         if dotted in _DURATIONS:
             try:

@@ -114,13 +114,16 @@ BOM = b"\xef\xbb\xbf"
 @dataclass(frozen=True)
 class LandingLine:
     file: str
-    text: str  # invalid UTF-8 replaced by U+FFFD
+    text: str | None  # invalid UTF-8 replaced by U+FFFD; None: a Kafka record's null value
     utf8: bool  # False: the line's bytes are not UTF-8
 
 
 def landing_lines(settings: Settings, source: str) -> list[LandingLine]:
     """Every landing line of ``source``, in arrival (file name) order: files named ``.gz``,
-    ``.bz2`` or ``.deflate`` decompressed, a byte-order mark that starts a line dropped."""
+    ``.bz2`` or ``.deflate`` decompressed, a byte-order mark that starts a line dropped. With
+    ``bronze.source = "kafka"``: every record of topic ``source`` (:func:`kafka_lines`)."""
+    if settings.bronze.source == "kafka":
+        return kafka_lines(settings.kafka.bootstrap_servers, settings.topic(source))
     folder = settings.landing_path(source)
     lines = []
     # every file Spark's file source reads: not hidden, not starting with "_"
@@ -139,6 +142,55 @@ def landing_lines(settings: Settings, source: str) -> list[LandingLine]:
                 lines.append(LandingLine(path.name, raw.decode("utf-8"), True))
             except UnicodeDecodeError:
                 lines.append(LandingLine(path.name, raw.decode("utf-8", "replace"), False))
+    return lines
+
+
+def kafka_lines(bootstrap: str, topic: str) -> list[LandingLine]:
+    """Every record of ``topic`` still on the broker, partition by partition in offset order,
+    as a line: its value decoded (None for a null value), and as its "file" its place and
+    time, ``kafka:<topic>/<partition>/<offset>@<timestamp>``, as bronze records it."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "lakehouse-verify",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    lines: list[LandingLine] = []
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        for partition in sorted(partitions):
+            first, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)
+            if end <= first:
+                continue
+            consumer.assign([TopicPartition(topic, partition, first)])
+            offset = first
+            while offset < end:
+                message = consumer.poll(10)
+                if message is None:
+                    raise VerifyError(f"topic {topic} at {bootstrap}: no record at {offset}")
+                if message.error():
+                    raise VerifyError(f"topic {topic} at {bootstrap}: {message.error().str()}")
+                offset = message.offset() + 1
+                at = pd.Timestamp(message.timestamp()[1], unit="ms", tz="UTC")
+                place = (
+                    f"kafka:{topic}/{partition}/{message.offset()}@"
+                    f"{at:%Y-%m-%dT%H:%M:%S}.{at.microsecond // 1000:03d}Z"
+                )
+                value = message.value()
+                if value is None:
+                    lines.append(LandingLine(place, None, True))
+                    continue
+                value = value.removeprefix(BOM)
+                try:
+                    lines.append(LandingLine(place, value.decode("utf-8"), True))
+                except UnicodeDecodeError:
+                    lines.append(LandingLine(place, value.decode("utf-8", "replace"), False))
+    finally:
+        consumer.close()
     return lines
 
 
@@ -214,7 +266,7 @@ def parse_line(source: str, line: str, utf8: bool = True) -> tuple[dict | None, 
     """(typed row, None) for a line that belongs in bronze.<source>, else (None, reason)."""
     if not utf8:
         return None, "invalid_utf8"
-    if not line.strip():
+    if line is None or not line.strip():  # None: a Kafka record's null value
         return None, "empty_line"
     try:
         record = json.loads(line, object_pairs_hook=_object, parse_float=_float)
@@ -512,7 +564,10 @@ def compare(
 def _found(settings: Settings, name: str) -> pd.DataFrame:
     frame = read_table(settings, name)
     if "_source_file" in frame.columns:  # a URI; the reference has the landing file's name
-        frame["_source_file"] = frame["_source_file"].str.rsplit("/", n=1).str[-1]
+        files = frame["_source_file"]
+        frame["_source_file"] = files.where(
+            files.str.startswith("kafka:"), files.str.rsplit("/", n=1).str[-1]
+        )
     for column in frame.columns:
         if pd.api.types.is_datetime64_any_dtype(frame[column]):
             times = frame[column]

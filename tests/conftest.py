@@ -72,3 +72,20 @@ def shuffle_partitions(spark):
             spark.conf.set("spark.sql.shuffle.partitions", before)
 
     return use
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    """Apache Kafka's broker (KRaft, from jars/kafka-lib) on a free loopback port for the whole
+    run, started on first use and stopped at the end."""
+    import socket
+
+    from lakehouse import kafka
+
+    with socket.socket() as s:
+        s.bind((kafka.HOST, 0))
+        port = s.getsockname()[1]
+    broker = kafka.Broker(tmp_path_factory.mktemp("kafka"), port)
+    kafka.start(broker)
+    yield broker
+    kafka.stop(broker)

@@ -51,9 +51,14 @@ def _jar_classes() -> set[str]:
     return classes
 
 
+def _pipeline_services(compose) -> dict:
+    """The services on the project's image (all but the Kafka broker)."""
+    return {k: v for k, v in compose["services"].items() if k != "kafka"}
+
+
 def test_the_compose_services(compose):
-    assert set(compose["services"]) == {"spark-master", "spark-worker", "sql", "scheduler"}
-    for name, service in compose["services"].items():
+    assert set(compose["services"]) == {"spark-master", "spark-worker", "sql", "scheduler", "kafka"}
+    for name, service in _pipeline_services(compose).items():
         build = service["build"]
         assert (DOCKER / build["context"] / build["dockerfile"]).resolve() == (
             DOCKER / "Dockerfile"
@@ -65,7 +70,7 @@ def test_the_compose_services(compose):
 def test_every_command_refers_to_something_that_exists(compose):
     classes = None
     copies = _dockerfile_copies()
-    for name, service in compose["services"].items():
+    for name, service in _pipeline_services(compose).items():
         command = service["command"]
         program, args = command[0], command[1:]
         if program == "spark-class":
@@ -88,12 +93,16 @@ def test_every_command_refers_to_something_that_exists(compose):
 def test_the_environment_is_valid_settings_pointing_at_the_master(compose):
     master = compose["services"]["spark-master"]["command"]
     host, port = master[master.index("--host") + 1], master[master.index("--port") + 1]
-    for name, service in compose["services"].items():
+    kafka = compose["services"]["kafka"]["environment"]
+    # the broker's listener for other containers, as the jobs' settings name it
+    advertised = kafka["KAFKA_ADVERTISED_LISTENERS"].split(",")[0].removeprefix("PLAINTEXT://")
+    for name, service in _pipeline_services(compose).items():
         env = {k: str(v) for k, v in service["environment"].items()}
         settings = load_settings(config_path=PROJECT / "conf" / "lakehouse.toml", env=env)
         assert settings.master == f"spark://{host}:{port}", name
         assert settings.root == Path("/lake"), name
         assert settings.profile == "cluster", name
+        assert settings.kafka.bootstrap_servers == advertised, name
     worker = compose["services"]["spark-worker"]["command"]
     assert worker[-1] == f"spark://{host}:{port}"
 
@@ -117,3 +126,18 @@ def test_the_dockerfile_ships_what_the_image_runs():
     # the Airflow the image installs is the one the Makefile installs and the tests use
     airflow = re.search(r"AIRFLOW_VERSION := (\S+)", (PROJECT / "Makefile").read_text())[1]
     assert f'"apache-airflow=={airflow}"' in text
+
+
+def test_the_kafka_service_is_the_broker_the_project_runs_locally(compose):
+    """Apache Kafka's image at the version of the jars `lakehouse kafka start` runs, in KRaft
+    mode with one voter: itself."""
+    kafka = compose["services"]["kafka"]
+    version = re.search(
+        r"<kafka.version>(.+)</kafka.version>", (PROJECT / "jars" / "kafka" / "pom.xml").read_text()
+    )[1]
+    assert kafka["image"] == f"apache/kafka:{version}"
+    env = kafka["environment"]
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"{env['KAFKA_NODE_ID']}@kafka:9093"
+    assert "kafka:/var/lib/kafka/data" in kafka["volumes"]
+    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"

@@ -30,6 +30,8 @@ def read_input(
     """A flow input as a streaming DataFrame."""
     from pyspark.sql import functions as F
 
+    if isinstance(source, LandingInput) and settings.bronze.source == "kafka":
+        return read_topic(spark, settings, settings.topic(source.source))
     if isinstance(source, LandingInput):
         path = settings.landing_path(source.source)
         if not path.is_dir():
@@ -52,6 +54,36 @@ def read_input(
             )
         return store.read_stream(source.table, max_files_per_trigger=max_files or None)
     raise TypeError(f"unknown flow input {source!r}")
+
+
+def read_topic(spark: SparkSession, settings: Settings, topic: str) -> DataFrame:
+    """The records of Kafka topic ``topic`` as landing lines: ``value`` (the record's bytes as
+    a string; null for a null value) and ``_source_file``, the record's place and time,
+    ``kafka:<topic>/<partition>/<offset>@<timestamp>``. Offsets live in the checkpoint; a
+    first run starts at ``kafka.starting_offsets``. failOnDataLoss stays on: records deleted
+    before bronze read them (retention) fail the flow instead of going missing."""
+    from pyspark.sql import functions as F
+
+    kafka = settings.kafka
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", kafka.starting_offsets)
+        .option("failOnDataLoss", "true")
+    )
+    if kafka.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", kafka.max_offsets_per_trigger)
+    place = F.format_string(
+        "kafka:%s/%d/%d@%s",
+        "topic",
+        "partition",
+        "offset",
+        F.date_format("timestamp", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
+    )
+    return reader.load().select(
+        F.col("value").cast("string").alias("value"), place.alias("_source_file")
+    )
 
 
 def flow_frame(

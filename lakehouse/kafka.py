@@ -1,0 +1,334 @@
+"""``lakehouse kafka start|stop|status``: Apache Kafka's own broker on this machine's loopback.
+
+One process is broker and controller (KRaft, no ZooKeeper), run with ``java`` from Kafka's jars,
+which ``make setup`` fetches with Maven from ``jars/kafka/pom.xml`` into ``jars/kafka-lib/``,
+apart from Spark's. Its folder (``--dir``, default ``<root>/kafka``) holds the configuration this
+module writes, the data (``data/``, formatted by Kafka's StorageTool on the first start), the
+broker's log (``server.log``) and its pid. Production clusters run Kafka elsewhere (the docker
+compose file has a ``kafka`` service); the jobs only need ``kafka.bootstrap_servers``.
+
+Topics and offsets are read with confluent-kafka's admin client and consumer (librdkafka).
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from lakehouse.errors import LakehouseError
+from lakehouse.jars import PROJECT_DIR
+from lakehouse.processes import alive, listening, port_free, stop_group
+from lakehouse.settings import Settings
+
+KAFKA_JARS_DIR = PROJECT_DIR / "jars" / "kafka-lib"
+HOST = "127.0.0.1"
+# the broker's heap: enough for a test or a laptop's pipeline, small beside Spark's
+HEAP = "768m"
+# what a fresh broker needs beside its listeners (one node: every internal topic has 1 replica)
+BROKER_CONFIG = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "controller.listener.names": "CONTROLLER",
+    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+    "inter.broker.listener.name": "PLAINTEXT",
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    # a topic is created on purpose (lakehouse generate --sink kafka), not by a typo
+    "auto.create.topics.enable": "false",
+    # records up to 2 MB (the producer's limit is set to match)
+    "message.max.bytes": str(2 * 1024 * 1024),
+}
+LOG4J = """status = error
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.filePattern = {log}.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 20MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 3
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+"""
+
+
+class KafkaError(LakehouseError, RuntimeError):
+    """The broker could not be started, reached or stopped, or a topic is not as expected."""
+
+
+@dataclass(frozen=True)
+class Broker:
+    """A broker this machine runs: its folder and its client port on loopback."""
+
+    dir: Path
+    port: int = 9092
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "server.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / "broker.pid"
+
+    @property
+    def properties(self) -> Path:
+        return self.dir / "server.properties"
+
+    def pid(self) -> int | None:
+        """The broker's pid when it runs."""
+        try:
+            pid = int(self.pid_file.read_text())
+        except (OSError, ValueError):
+            return None
+        return pid if alive(pid) else None
+
+
+def broker(settings: Settings, folder: str | Path | None = None, port: int | None = None) -> Broker:
+    """The broker of ``lakehouse kafka``: ``folder`` or ``<root>/kafka``; ``port`` or the port
+    of ``kafka.bootstrap_servers``."""
+    if port is None:
+        first = settings.kafka.bootstrap_servers.split(",")[0]
+        port = int(first.rpartition(":")[2] or 9092)
+    if not 0 < port < 65536:
+        raise KafkaError(f"port {port} is not a TCP port (1 to 65535)")
+    return Broker(Path(folder) if folder else settings.root / "kafka", port)
+
+
+def _kafka_jars() -> str:
+    if not any(KAFKA_JARS_DIR.glob("kafka_2.13-*.jar")):
+        raise KafkaError(
+            f"Kafka's jars are missing in {KAFKA_JARS_DIR}: run `make setup` (it fetches them "
+            "with Maven from jars/kafka/pom.xml)"
+        )
+    return str(KAFKA_JARS_DIR / "*")
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    if not path.exists():
+        return {}
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    return {k.strip(): v.strip() for k, v in pairs if not k.lstrip().startswith("#")}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _write_config(b: Broker) -> None:
+    """server.properties for the broker's port. The controller's port is chosen once, at the
+    first start: the formatted metadata names it as the one voter's endpoint."""
+    known = _read_properties(b.properties).get("controller.quorum.bootstrap.servers")
+    controller = known or f"{HOST}:{_free_port()}"
+    config = {
+        **BROKER_CONFIG,
+        "controller.quorum.bootstrap.servers": controller,
+        "listeners": f"PLAINTEXT://{b.bootstrap},CONTROLLER://{controller}",
+        "advertised.listeners": f"PLAINTEXT://{b.bootstrap}",
+        "log.dirs": str((b.dir / "data").absolute()),
+    }
+    text = "".join(f"{k}={v}\n" for k, v in config.items())
+    b.properties.write_text("# written by lakehouse kafka start\n" + text)
+    (b.dir / "log4j2.properties").write_text(LOG4J.format(log=b.log.absolute()))
+
+
+def _format(java: str, b: Broker) -> None:
+    """Kafka's StorageTool, once: a new cluster id, this node the one controller voter."""
+    if (b.dir / "data" / "meta.properties").exists():
+        return
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    command = [java, "-cp", _kafka_jars(), "kafka.tools.StorageTool", "format", "--standalone"]
+    command += ["-t", cluster_id, "-c", str(b.properties)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise KafkaError(f"Kafka's StorageTool could not format {b.dir / 'data'}: {last[0]}")
+
+
+def admin(bootstrap: str):
+    """confluent-kafka's admin client, quiet (its own log lines would go to stderr)."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+
+
+def answers(bootstrap: str, timeout_s: float = 5) -> bool:
+    """The broker at ``bootstrap`` returns its metadata."""
+    from confluent_kafka import KafkaException
+
+    try:
+        admin(bootstrap).list_topics(timeout=timeout_s)
+    except KafkaException:
+        return False
+    return True
+
+
+def _failure(b: Broker) -> str:
+    """The broker log's first ERROR line, for a start-up that went wrong."""
+    lines = b.log.read_text(errors="replace").splitlines() if b.log.exists() else []
+    errors = [line for line in lines if "] ERROR " in line or "] FATAL " in line]
+    return (errors or lines[-1:] or ["no log line"])[0]
+
+
+START_TIMEOUT_S = 90.0
+
+
+def start(b: Broker, timeout_s: float = START_TIMEOUT_S) -> tuple[int, bool]:
+    """Start the broker in the background and wait until it serves metadata; (pid, whether
+    this call started it: False when it ran already)."""
+    from lakehouse.javacheck import check_java
+
+    running = b.pid()
+    if running is not None:
+        if not answers(b.bootstrap):
+            raise KafkaError(
+                f"a broker from {b.dir} runs (pid {running}) but does not answer at "
+                f"{b.bootstrap}; `lakehouse kafka stop --dir {b.dir}` and start it again"
+            )
+        return running, False
+    java = check_java()
+    jars = _kafka_jars()
+    if not port_free(HOST, b.port):
+        raise KafkaError(
+            f"port {b.port} on {HOST} is in use by another process; choose another with --port"
+        )
+    b.dir.mkdir(parents=True, exist_ok=True)
+    _write_config(b)
+    _format(java, b)
+    command = [java, f"-Xms{HEAP}", f"-Xmx{HEAP}", "-XX:+UseG1GC", "-Djava.awt.headless=true"]
+    command += [f"-Dlog4j2.configurationFile=file:{(b.dir / 'log4j2.properties').absolute()}"]
+    command += ["-cp", jars, "kafka.Kafka", str(b.properties.absolute())]
+    with (b.dir / "stdout.log").open("ab") as out:
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, cwd=b.dir, start_new_session=True
+        )
+    b.pid_file.write_text(str(process.pid))
+    deadline = time.monotonic() + timeout_s
+    while not (listening(HOST, b.port) and answers(b.bootstrap, 2)):
+        code = process.poll()
+        if code is not None:
+            b.pid_file.unlink(missing_ok=True)
+            raise KafkaError(
+                f"the broker exited during start-up (exit code {code}): {_failure(b)} "
+                f"(log: {b.log})"
+            )
+        if time.monotonic() > deadline:
+            stop_group(process.pid, 10)
+            b.pid_file.unlink(missing_ok=True)
+            raise KafkaError(f"the broker did not come up within {timeout_s:g} s (log: {b.log})")
+        time.sleep(0.3)
+    return process.pid, True
+
+
+def stop(b: Broker, timeout_s: float = 60) -> int | None:
+    """Stop the broker (a controlled shutdown on SIGTERM, SIGKILL after ``timeout_s``); its
+    pid, or None when it was not running."""
+    pid = b.pid()
+    if pid is not None:
+        stop_group(pid, timeout_s)
+    b.pid_file.unlink(missing_ok=True)
+    return pid
+
+
+@dataclass(frozen=True)
+class TopicOffsets:
+    topic: str
+    # per partition: its first offset still kept, and its end (the next record's offset)
+    offsets: tuple[tuple[int, int], ...]
+
+    @property
+    def ends(self) -> tuple[int, ...]:
+        return tuple(end for _first, end in self.offsets)
+
+    @property
+    def records(self) -> int:
+        return sum(end - first for first, end in self.offsets)
+
+
+def topics(bootstrap: str, timeout_s: float = 10) -> list[TopicOffsets]:
+    """Every topic but Kafka's internal ones, by name, with its partitions' end offsets."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    try:
+        metadata = admin(bootstrap).list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaError(f"no Kafka broker answers at {bootstrap}: {exc.args[0].str()}") from None
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "lakehouse-status", "log_level": 0}
+    )
+    try:
+        found = []
+        for name in sorted(t for t in metadata.topics if not t.startswith("__")):
+            partitions = sorted(metadata.topics[name].partitions)
+            offsets = tuple(
+                consumer.get_watermark_offsets(TopicPartition(name, p), timeout=timeout_s)
+                for p in partitions
+            )
+            found.append(TopicOffsets(name, offsets))
+        return found
+    finally:
+        consumer.close()
+
+
+def status_lines(b: Broker) -> list[str]:
+    """What ``lakehouse kafka status`` prints: the broker, then a line per topic."""
+    pid = b.pid()
+    if pid is None:
+        return [f"kafka: not running (folder {b.dir})"]
+    lines = [f"kafka: running (pid {pid}) at {b.bootstrap}, data and log in {b.dir}"]
+    found = topics(b.bootstrap)
+    width = max((len(t.topic) for t in found), default=0)
+    for t in found:
+        ends = " ".join(f"{p}:{end}" for p, end in enumerate(t.ends))
+        lines.append(
+            f"  {t.topic:<{width}}  {len(t.ends)} partition{'s' * (len(t.ends) != 1)}, "
+            f"{t.records:,} records, end offsets {ends}"
+        )
+    if not found:
+        lines.append("  no topics yet: `lakehouse generate --sink kafka` creates them")
+    return lines
+
+
+def create_topics(bootstrap: str, names: tuple[str, ...] | list[str], partitions: int) -> None:
+    """Create the topics that do not exist yet, with ``partitions`` partitions each; a topic
+    that exists with another number of partitions is an error (its records' keys would map
+    to other partitions than the settings say)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    client = admin(bootstrap)
+    try:
+        existing = client.list_topics(timeout=10).topics
+    except KafkaException as exc:
+        raise KafkaError(f"no Kafka broker answers at {bootstrap}: {exc.args[0].str()}") from None
+    for name in names:
+        if name in existing and len(existing[name].partitions) != partitions:
+            raise KafkaError(
+                f"topic {name} at {bootstrap} has {len(existing[name].partitions)} partitions, "
+                f"not the {partitions} of kafka.partitions; set it to match, or use new topics"
+            )
+    new = [NewTopic(n, partitions, 1) for n in names if n not in existing]
+    for name, future in client.create_topics(new).items() if new else []:
+        try:
+            future.result(timeout=30)
+        except KafkaException as exc:
+            raise KafkaError(f"could not create topic {name}: {exc.args[0].str()}") from None
