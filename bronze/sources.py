@@ -84,6 +84,7 @@ QUARANTINE_SCHEMA = _schema(
 )
 # Reasons a line goes to quarantine, checked in this order.
 REASONS = (
+    "too_large",
     "invalid_utf8",
     "empty_line",
     "malformed_json",
@@ -92,6 +93,9 @@ REASONS = (
     "wrong_type",
 )
 BOM = "\ufeff"  # a byte-order mark that starts a line (a file's first) is dropped
+# a record this large is no event: kept whole in quarantine, never parsed into a bronze row
+# (settings bronze.max_record_bytes)
+MAX_RECORD_BYTES = 1_000_000
 
 
 def table_schema(source: str) -> StructType:
@@ -108,9 +112,10 @@ def _field_value(raw: Column, name: str, typ) -> Column:
     return text.try_cast(typ)
 
 
-def parse_lines(lines: DataFrame, source: str) -> DataFrame:
+def parse_lines(lines: DataFrame, source: str, max_bytes: int = MAX_RECORD_BYTES) -> DataFrame:
     """Parse the ``value`` lines of ``source`` (with ``_source_file``) into typed columns, the
-    rescued data, and ``_reason``/``_detail`` (null for a row that belongs in bronze).
+    rescued data, and ``_reason``/``_detail`` (null for a row that belongs in bronze). A line
+    of more than ``max_bytes`` bytes goes to quarantine whole, unparsed (``too_large``).
 
     Each line is parsed once, as a map from field name to JSON text; typed values are conversions
     of those texts, so a field that is absent is told apart from one that has the wrong type,
@@ -184,8 +189,11 @@ def parse_lines(lines: DataFrame, source: str) -> DataFrame:
     ).otherwise(F.lit(False))
     not_object = raw.isNull() | trailing
     not_utf8 = ~F.col("_utf8")
+    size = F.octet_length(value)
+    too_large = F.coalesce(size > max_bytes, F.lit(False))
     reason = (
-        F.when(not_utf8, "invalid_utf8")
+        F.when(too_large, "too_large")
+        .when(not_utf8, "invalid_utf8")
         .when(blank, "empty_line")
         .when(not_object, "malformed_json")
         .when(repeated, "repeated_key")
@@ -195,7 +203,11 @@ def parse_lines(lines: DataFrame, source: str) -> DataFrame:
     # the bytes of a line that is not UTF-8, in base64 (raw holds it with U+FFFD in their place)
     original = F.regexp_replace(F.base64(value.cast("binary")), r"\s", "")
     detail = (
-        F.when(not_utf8, F.concat(F.lit("not UTF-8; its bytes in base64: "), original))
+        F.when(
+            too_large,
+            F.concat(F.format_number(size, 0), F.lit(f" bytes, over the limit of {max_bytes:,}")),
+        )
+        .when(not_utf8, F.concat(F.lit("not UTF-8; its bytes in base64: "), original))
         .when(blank, F.when(value.isNull(), F.lit("null value")).otherwise(F.lit("blank line")))
         .when(raw.isNull(), F.lit("not a JSON object"))
         .when(trailing, F.lit("text after the JSON object"))
@@ -252,6 +264,7 @@ def _flow(source: str) -> Flow:
         description=f"landing/{source} JSON lines to bronze.{source}, bad lines to quarantine",
         inputs=(LandingInput(source),),
         transform=partial(parse_lines, source=source),
+        params=lambda settings: {"max_bytes": settings.bronze.max_record_bytes},
         outputs=(
             Output(
                 f"bronze.{source}",

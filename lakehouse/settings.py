@@ -102,6 +102,8 @@ class NativeSettings:
 class BronzeSettings:
     # where bronze reads raw events: "files" (landing/<source>/) or "kafka" (topic <source>)
     source: str = "files"
+    # a landing line or Kafka record larger than this goes to quarantine whole (too_large)
+    max_record_bytes: int = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -360,6 +362,7 @@ _POSITIVE = {
     "gold.session_buckets",
     "write.rows_per_file",
     "kafka.partitions",
+    "bronze.max_record_bytes",
 }
 _NON_NEGATIVE = {
     "trigger.max_files_per_trigger",

@@ -116,6 +116,7 @@ class LandingLine:
     file: str
     text: str | None  # invalid UTF-8 replaced by U+FFFD; None: a Kafka record's null value
     utf8: bool  # False: the line's bytes are not UTF-8
+    size: int = 0  # bytes (after a byte-order mark)
 
 
 def landing_lines(settings: Settings, source: str) -> list[LandingLine]:
@@ -136,13 +137,17 @@ def landing_lines(settings: Settings, source: str) -> list[LandingLine]:
         parts = re.split(rb"\r\n|\r|\n", data)
         if parts and parts[-1] == b"":
             parts.pop()  # the newline that ends the last line
-        for raw in parts:
-            raw = raw.removeprefix(BOM)
-            try:
-                lines.append(LandingLine(path.name, raw.decode("utf-8"), True))
-            except UnicodeDecodeError:
-                lines.append(LandingLine(path.name, raw.decode("utf-8", "replace"), False))
+        lines.extend(_line(path.name, raw) for raw in parts)
     return lines
+
+
+def _line(file: str, raw: bytes) -> LandingLine:
+    """A line from its bytes: a leading byte-order mark dropped, decoded when it is UTF-8."""
+    raw = raw.removeprefix(BOM)
+    try:
+        return LandingLine(file, raw.decode("utf-8"), True, len(raw))
+    except UnicodeDecodeError:
+        return LandingLine(file, raw.decode("utf-8", "replace"), False, len(raw))
 
 
 def kafka_lines(bootstrap: str, topic: str) -> list[LandingLine]:
@@ -181,14 +186,9 @@ def kafka_lines(bootstrap: str, topic: str) -> list[LandingLine]:
                     f"{at:%Y-%m-%dT%H:%M:%S}.{at.microsecond // 1000:03d}Z"
                 )
                 value = message.value()
-                if value is None:
-                    lines.append(LandingLine(place, None, True))
-                    continue
-                value = value.removeprefix(BOM)
-                try:
-                    lines.append(LandingLine(place, value.decode("utf-8"), True))
-                except UnicodeDecodeError:
-                    lines.append(LandingLine(place, value.decode("utf-8", "replace"), False))
+                lines.append(
+                    LandingLine(place, None, True) if value is None else _line(place, value)
+                )
     finally:
         consumer.close()
     return lines
@@ -293,7 +293,10 @@ def bronze_reference(settings: Settings, source: str) -> tuple[pd.DataFrame, pd.
     arrival order."""
     rows, bad = [], []
     for line in landing_lines(settings, source):
-        row, reason = parse_line(source, line.text, line.utf8)
+        if line.size > settings.bronze.max_record_bytes:
+            row, reason = None, "too_large"
+        else:
+            row, reason = parse_line(source, line.text, line.utf8)
         if row is None:
             bad.append(
                 {"source": source, "reason": reason, "raw": line.text, "_source_file": line.file}

@@ -236,13 +236,16 @@ def test_odd_input_has_the_same_outcome_in_bronze_silver_and_verify(spark, setti
     def line(event_id: str, **fields) -> bytes:
         return json.dumps(_event(event_id, **fields)).encode()
 
+    settings = settings.with_overrides({"bronze.max_record_bytes": 400})
     not_utf8 = line("u8", page="/caf\u00e9").replace(b"\\u00e9", b"\xe9\xff")
+    huge = line("huge", page="/" + "p" * 400)
     plain = [
         b'{"event_id":"rk","user_id":1,"event_time":"2026-01-05T08:00:00Z","user_id":2}',
         line("big", user_id=99999999999999999999999),
         line("y1", event_time="0001-01-01T00:00:00Z"),
         line("y9999", event_time="9999-12-31T23:59:59Z"),
         not_utf8,
+        huge,
         b'{"event_id":"inf","user_id":1,"event_type":"purchase","amount":1e400,'
         b'"event_time":"2026-01-05T08:00:00Z"}',
         line("ok"),
@@ -286,7 +289,13 @@ def test_odd_input_has_the_same_outcome_in_bronze_silver_and_verify(spark, setti
             reason="invalid_utf8",
             detail="not UTF-8; its bytes in base64: " + base64.b64encode(not_utf8).decode(),
         ),
+        Row(
+            raw=huge.decode(),
+            reason="too_large",
+            detail=f"{len(huge)} bytes, over the limit of 400",
+        ),
     ]
+    assert 400 < len(huge) < 1000
     assertDataFrameEqual(
         store.read(QUARANTINE_TABLE).select("raw", "reason", "detail"), quarantined
     )

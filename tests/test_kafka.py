@@ -41,7 +41,9 @@ def test_start_status_and_stop_a_broker(tmp_path, capsys):
     )
 
     kafka.create_topics(broker.bootstrap, ["clicks", "events"], partitions=3)
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "log_level": 0}
+    )
     for key, count in (("1", 4), ("2", 1)):
         for i in range(count):
             producer.produce("events", key=key, value=f'{{"i": {i}}}')
