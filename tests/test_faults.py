@@ -43,11 +43,18 @@ SEED = 20261123
 
 
 def _submit(
-    layer: str, root: Path, log, python: str = sys.executable, backend: str = "native"
+    layer: str,
+    root: Path,
+    log,
+    python: str = sys.executable,
+    backend: str = "native",
+    conf: tuple[str, ...] = (),
 ) -> subprocess.Popen:
+    """spark-submit of the layer's job; ``conf``: settings as KEY=VALUE."""
     # silver with one shuffle partition writes one file per version, which gold then reads in
     # arrival order
-    conf = ["--conf", "shuffle_partitions=1"] if layer == "silver" else []
+    settings = [*conf, "shuffle_partitions=1"] if layer == "silver" else list(conf)
+    conf = [arg for item in settings for arg in ("--conf", item)]
     command = [
         str(Path(sys.executable).parent / "spark-submit"),
         "--master",
@@ -85,9 +92,11 @@ def _kill(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def _run_killed(layer: str, root: Path, rng: np.random.Generator, log, kills: list) -> None:
+def _run_killed(
+    layer: str, root: Path, rng: np.random.Generator, log, kills: list, conf: tuple = ()
+) -> None:
     for attempt in range(KILLS_PER_LAYER):
-        process = _submit(layer, root, log)
+        process = _submit(layer, root, log, conf=conf)
         if attempt % 2 == 0:
             # at a random moment: starting up, planning, reading, writing, committing
             deadline = time.monotonic() + rng.uniform(8.0, 40.0)
@@ -111,7 +120,7 @@ def _run_killed(layer: str, root: Path, rng: np.random.Generator, log, kills: li
     for final in range(2):
         log.flush()
         start = os.path.getsize(log.name)
-        if _submit(layer, root, log).wait(timeout=900) == 0:
+        if _submit(layer, root, log, conf=conf).wait(timeout=900) == 0:
             return
         excerpt = _excerpt(Path(log.name), start)
         if final:
@@ -172,6 +181,42 @@ def _assert_every_batch_recorded_once(settings, log: Path) -> None:
             if not flow.stops_itself:
                 missing -= {max(committed)}
             assert not missing, f"{flow.name}: {sorted(missing)} unrecorded ({recounts} recounts)"
+
+
+def test_bronze_killed_while_reading_kafka_loses_and_duplicates_nothing(
+    spark, settings, tmp_path, kafka_broker
+):
+    """The records on Kafka (3 partitions per topic), bronze read 40 at a time per micro-batch
+    and killed 4 times (twice right after a commit): offsets live in the checkpoint and each
+    Delta commit carries its batch id, so the restarts lose and duplicate nothing."""
+    kafka = {
+        "bronze.source": "kafka",
+        "kafka.bootstrap_servers": kafka_broker.bootstrap,
+        "kafka.topic_prefix": "killed.",
+        "kafka.partitions": 3,
+        "kafka.max_offsets_per_trigger": 40,
+    }
+    lake = settings.with_overrides(kafka)
+    params = gen.params_from_settings(
+        lake, events=1500, hours=2.0, late_fraction=0.0, users=30, seed=SEED
+    )
+    sink = gen.KafkaSink(kafka_broker.bootstrap, 3, "killed.")
+    quiet = lambda label: Progress(label, io.StringIO())  # noqa: E731
+    entry = gen.generate(spark, lake.root, params, progress=quiet, sink=sink)
+    rng = np.random.default_rng(SEED)
+    kills: list[tuple[str, str, int]] = []
+    conf = tuple(f"{key}={value}" for key, value in kafka.items())
+    with open(tmp_path / "jobs.log", "w") as log:
+        _run_killed("bronze", lake.root, rng, log, kills, conf)
+    assert [moment for _, moment, _ in kills] == ["random", "after a commit"] * 2
+    # every record once: as many rows in bronze and its quarantine as records on the topics
+    lines = sum(entry["sources"][s]["lines"] for s in ("events", "impressions", "clicks"))
+    rows = sum(len(read_table(lake, f"bronze.{s}")) for s in ("events", "impressions", "clicks"))
+    assert rows + len(read_table(lake, "bronze.quarantine")) == lines
+    run_layers(spark, lake, ["silver", "gold"], out=io.StringIO())
+    report = io.StringIO()
+    assert run_verify(lake, report) == 0, report.getvalue()
+    assert report.getvalue().splitlines()[-1] == ALL_EQUAL
 
 
 @pytest.mark.embedded  # its Delta source plans in a Python process; delta-spark's in the JVM
