@@ -157,7 +157,8 @@ def _format(java: str, b: Broker) -> None:
         return
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     command = [java, "-cp", _kafka_jars(), "kafka.tools.StorageTool", "format", "--standalone"]
-    command += ["-t", cluster_id, "-c", str(b.properties)]
+    # (an id may start with "-": given as --cluster-id=ID, not read as an option)
+    command += [f"--cluster-id={cluster_id}", "-c", str(b.properties)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]

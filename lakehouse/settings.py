@@ -119,6 +119,12 @@ class KafkaSettings:
     starting_offsets: str = "earliest"
     # records a bronze micro-batch reads at most, over its topic's partitions; 0: no limit
     max_offsets_per_trigger: int = 0
+    # a bronze flow fails when records it has not read are gone from the broker (retention, a
+    # deleted topic); false accepts the loss for a run and goes on from what is left
+    fail_on_data_loss: bool = True
+    # how long a call to the broker may take; Spark's Kafka source tries 3 times, so a flow
+    # fails after about 3 x this without a broker
+    api_timeout_s: int = 60
 
 
 @dataclass(frozen=True)
@@ -362,6 +368,7 @@ _POSITIVE = {
     "gold.session_buckets",
     "write.rows_per_file",
     "kafka.partitions",
+    "kafka.api_timeout_s",
     "bronze.max_record_bytes",
 }
 _NON_NEGATIVE = {

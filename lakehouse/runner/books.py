@@ -130,6 +130,37 @@ def incompatible_state(flow: str, checkpoint: Path, error: str) -> str | None:
     )
 
 
+_LOST = re.compile(r"Could not read records in offset \[(\d+), (\d+)\) for topic partition (\S+)")
+
+
+def kafka_failure(settings: Settings, flow: str, text: str) -> str | None:
+    """What a bronze flow reading Kafka ran into, and the way out: records gone before it read
+    them, or a broker that does not answer; None for other errors."""
+    if settings.bronze.source != "kafka" or not flow.startswith("bronze."):
+        return None
+    if "Some data may have been lost because they are not available in Kafka" in text:
+        found = _LOST.search(text)
+        where = (
+            f"records at offsets [{found[1]}, {found[2]}) of {found[3]} (topic-partition)"
+            if found
+            else "records it had not read yet"
+        )
+        return (
+            f"{where} are no longer on the broker (retention deleted them, or the topic was "
+            "deleted): they are lost to the lake. To accept the loss and go on from the "
+            "earliest record still there, run bronze once with kafka.fail_on_data_loss=false "
+            "(--conf, or LAKEHOUSE_KAFKA__FAIL_ON_DATA_LOSS=false)"
+        )
+    if "org.apache.kafka.common.errors.TimeoutException" in text:
+        cause = text.split("org.apache.kafka.common.errors.TimeoutException: ")[-1].splitlines()[0]
+        return (
+            f"the Kafka broker at {settings.kafka.bootstrap_servers} did not answer ({cause}); "
+            "once it is back, run bronze again: it goes on from the offsets in its checkpoint, "
+            "and nothing is lost"
+        )
+    return None
+
+
 _RAISED = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*: \S.*$")
 
 
@@ -215,8 +246,10 @@ def flow_reports(
         error = query.exception()
         if error is not None:
             layer, flow = split_table_name(name)
-            report.error = incompatible_state(
-                name, settings.checkpoint_path(layer, flow), str(error)
-            ) or first_line(error)
+            report.error = (
+                incompatible_state(name, settings.checkpoint_path(layer, flow), str(error))
+                or kafka_failure(settings, name, str(error))
+                or first_line(error)
+            )
         reports.append(report)
     return reports

@@ -60,8 +60,9 @@ def read_topic(spark: SparkSession, settings: Settings, topic: str) -> DataFrame
     """The records of Kafka topic ``topic`` as landing lines: ``value`` (the record's bytes as
     a string; null for a null value) and ``_source_file``, the record's place and time,
     ``kafka:<topic>/<partition>/<offset>@<timestamp>``. Offsets live in the checkpoint; a
-    first run starts at ``kafka.starting_offsets``. failOnDataLoss stays on: records deleted
-    before bronze read them (retention) fail the flow instead of going missing."""
+    first run starts at ``kafka.starting_offsets``. failOnDataLoss stays on unless
+    ``kafka.fail_on_data_loss`` says otherwise: records deleted before bronze read them
+    (retention) fail the flow instead of going missing."""
     from pyspark.sql import functions as F
 
     kafka = settings.kafka
@@ -70,7 +71,10 @@ def read_topic(spark: SparkSession, settings: Settings, topic: str) -> DataFrame
         .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
         .option("subscribe", topic)
         .option("startingOffsets", kafka.starting_offsets)
-        .option("failOnDataLoss", "true")
+        .option("failOnDataLoss", str(kafka.fail_on_data_loss).lower())
+        # (a request may not take longer than the call that makes it)
+        .option("kafka.default.api.timeout.ms", kafka.api_timeout_s * 1000)
+        .option("kafka.request.timeout.ms", min(30, kafka.api_timeout_s) * 1000)
     )
     if kafka.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", kafka.max_offsets_per_trigger)
