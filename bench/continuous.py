@@ -1,7 +1,12 @@
 """Continuous mode: does the pipeline keep up with live data, and does gold stay fresh?
 
     python bench/continuous.py [--rate 2000] [--minutes 10] [--interval 5] [--runs 1]
-                               [--root DIR] [--conf KEY=VALUE ...] [--output bench/RESULTS.md]
+                               [--source files|kafka] [--root DIR] [--conf KEY=VALUE ...]
+                               [--output bench/RESULTS.md]
+
+With ``--source kafka`` the generator produces to Kafka topics instead of writing landing
+files, and bronze reads them (``bronze.source = "kafka"``): a broker of its own is started
+first (``lakehouse kafka start``, under the run's root, on a free port) and stopped at the end.
 
 Starts, on a fresh lake, ``lakehouse generate --follow`` (``--rate`` events per second with
 current event times, a file per source every ``--interval`` seconds) and ``lakehouse run
@@ -45,6 +50,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -59,6 +65,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from results import log_stats, machine, write_section  # noqa: E402
 
+from lakehouse import kafka  # noqa: E402
 from lakehouse.generate import MANIFEST  # noqa: E402
 from lakehouse.settings import duration_seconds, load_settings  # noqa: E402
 from lakehouse.status import read_table  # noqa: E402
@@ -98,6 +105,12 @@ def _landed_bronze_rows(root: Path) -> int:
     return int(json.loads(manifest.read_text())["totals"]["events"]["bronze_rows"])
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((kafka.HOST, 0))
+        return s.getsockname()[1]
+
+
 def run_once(args, root: Path) -> dict:
     """One run: the samples and the summary."""
     shutil.rmtree(root, ignore_errors=True)
@@ -109,8 +122,16 @@ def run_once(args, root: Path) -> dict:
         common += ["--conf", override]
     logs = root / "logs"
     logs.mkdir(parents=True)
+    broker = None
+    produce = []
+    if args.source == "kafka":
+        broker = kafka.Broker(root / "kafka", _free_port())
+        kafka.start(broker)
+        common += ["--conf", f"kafka.bootstrap_servers={broker.bootstrap}"]
+        common += ["--conf", "bronze.source=kafka"]
+        produce = ["--sink", "kafka"]
     generator = subprocess.Popen(
-        [lakehouse, "generate", *common, "--follow", "--rate", str(args.rate)]
+        [lakehouse, "generate", *common, *produce, "--follow", "--rate", str(args.rate)]
         + ["--interval", str(args.interval)],
         stdout=open(logs / "generate.log", "w"),  # noqa: SIM115
         stderr=subprocess.STDOUT,
@@ -167,6 +188,8 @@ def run_once(args, root: Path) -> dict:
                 process.wait(timeout=120)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
+        if broker is not None:
+            kafka.stop(broker)
 
     if len(samples) < 2:
         raise SystemExit("fewer than 2 samples: run for a minute or more")
@@ -265,7 +288,8 @@ def section(args, argv: list[str], runs: list[dict]) -> list[str]:
         "",
         f"Machine: {machine()}.",
         "",
-        f"`generate --follow` ({args.rate:,.0f} events/s) and `run --layer all --trigger "
+        f"`generate --follow{' --sink kafka' if args.source == 'kafka' else ''}` "
+        f"({args.rate:,.0f} events/s) and `run --layer all --trigger "
         "continuous` (every flow in one driver) side by side, "
         f"{args.minutes:g} minutes per run, a sample every {SAMPLE_S} s. Pairs are the maxima "
         "over the first / second half of a run. Keeps up: bronze rows/s at least 95% of the "
@@ -310,6 +334,12 @@ def main(argv=None) -> int:
     parser.add_argument("--interval", type=float, default=5.0, help="seconds per landing file")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument(
+        "--source",
+        choices=["files", "kafka"],
+        default="files",
+        help="what bronze reads: landing files, or Kafka topics on a broker the bench starts",
+    )
+    parser.add_argument(
         "--lag-allowance",
         type=float,
         default=300.0,
@@ -334,7 +364,8 @@ def main(argv=None) -> int:
         print(f"run {i + 1}/{args.runs}", flush=True)
         runs.append(run_once(args, Path(args.root) / "continuous"))
     if args.output:
-        write_section(Path(args.output), "Continuous mode", section(args, argv, runs))
+        title = "Continuous mode" + (" from Kafka" if args.source == "kafka" else "")
+        write_section(Path(args.output), title, section(args, argv, runs))
         print(f"written to {args.output}")
     return 0 if all(r["keeps_up"] and r["bounded"] for r in runs) else 1
 
