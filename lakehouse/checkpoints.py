@@ -64,6 +64,18 @@ def planned_batches(checkpoint: Path) -> list[int]:
     return sorted(_batch_files(checkpoint / "offsets"))
 
 
+def committed_offsets(checkpoint: Path) -> list | None:
+    """What the last committed micro-batch read up to, per source (the offset log's source
+    lines, parsed: a Kafka source's is ``{topic: {partition: next offset}}``); None before
+    the first commit."""
+    committed = committed_batches(checkpoint)
+    if not committed:
+        return None
+    lines = (checkpoint / "offsets" / str(committed[-1])).read_text().split("\n")
+    # "v1", the batch's metadata, then a line per source ("-" for a source with no offset yet)
+    return [json.loads(line) if line.strip() not in ("", "-") else None for line in lines[2:]]
+
+
 def is_no_data_batch(checkpoint: Path, batch: int) -> bool | None:
     """Whether micro-batch ``batch`` reads nothing: its source offsets are those of the batch
     before it (a batch run only to apply a new watermark). None while it is not planned yet."""

@@ -61,6 +61,43 @@ def table_rows(settings: Settings) -> list[list]:
     return rows
 
 
+def kafka_backlog(settings: Settings) -> list[list]:
+    """Per bronze flow reading Kafka: its topic, the records on the broker, the next offset its
+    last committed micro-batch leaves off at per partition, and the records not read yet."""
+    from lakehouse import checkpoints, kafka
+    from lakehouse.runner import layer_flows
+
+    on_broker = {t.topic: t for t in kafka.topics(settings.kafka.bootstrap_servers)}
+    rows = []
+    for flow in layer_flows("bronze"):
+        topic = settings.topic(flow.inputs[0].source)
+        found = on_broker.get(topic)
+        if found is None:
+            rows.append([flow.name, topic, "no such topic", "", ""])
+            continue
+        read = checkpoints.committed_offsets(settings.checkpoint_path(flow.layer, flow.flow))
+        done = ((read or [None])[0] or {}).get(topic, {})
+        ends = dict(enumerate(found.ends))
+        # a partition the checkpoint has no offset for is read from its first record kept
+        behind = sum(end - int(done.get(str(p), found.offsets[p][0])) for p, end in ends.items())
+        at = " ".join(f"{p}:{done.get(str(p), '-')}" for p in ends) if read else "not started"
+        rows.append([flow.name, topic, f"{found.records:,}", at, f"{behind:,}"])
+    return rows
+
+
+def print_kafka_backlog(settings: Settings, out: TextIO) -> None:
+    from lakehouse.kafka import KafkaError
+
+    print(f"\nkafka at {settings.kafka.bootstrap_servers}: records bronze has not read", file=out)
+    try:
+        rows = kafka_backlog(settings)
+    except KafkaError as exc:
+        print(f"  {exc}", file=out)
+        return
+    header = ["flow", "topic", "records", "committed up to (partition:offset)", "not read"]
+    _print_table(header, rows, out, {2, 4})
+
+
 def print_status(settings: Settings, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     print(f"lake {settings.root} at {_when(dt.datetime.now(dt.UTC))} UTC", file=out)
@@ -72,6 +109,9 @@ def print_status(settings: Settings, out: TextIO | None = None) -> None:
         )
     else:
         print("  none yet: run `lakehouse generate` and `lakehouse run --layer all`", file=out)
+
+    if settings.bronze.source == "kafka":
+        print_kafka_backlog(settings, out)
 
     runs = read_table(settings, "ops.runs")
     print("\nlast run per flow", file=out)

@@ -44,7 +44,9 @@ def _same(found: pd.DataFrame, expected: pd.DataFrame, name: str) -> None:
     [
         "native",
         # the whole pipeline on the embedded backend too: both give the reference's tables
-        pytest.param("embedded", marks=pytest.mark.embedded),
+        # (in the slow suite, to keep the default one near 15 minutes; the storage contract
+        # still runs both backends there)
+        pytest.param("embedded", marks=[pytest.mark.embedded, pytest.mark.slow]),
     ],
 )
 def test_gold_tables_equal_their_batch_computation(spark, settings, store, backend):

@@ -19,7 +19,7 @@ from lakehouse import checkpoints, kafka
 from lakehouse import generate as gen
 from lakehouse.progress import Progress
 from lakehouse.runner import FlowFailed, declared_tables, run_layers
-from lakehouse.status import read_table
+from lakehouse.status import print_status, read_table
 from lakehouse.verify import bronze_reference, run_verify
 
 ALL_EQUAL = f"verify: all {len(declared_tables())} tables equal the reference"
@@ -218,6 +218,19 @@ def test_records_gone_before_bronze_read_them_stop_it_with_the_way_out(
     assert sorted(read_table(lake, "bronze.events")["event_id"]) == [
         *(f"e{i:02d}" for i in range(10)),
         *(f"e{i:02d}" for i in range(15, 20)),
+    ]
+    # lakehouse status: what is on the broker, where bronze's checkpoint is, what is unread
+    produce(range(20, 23))
+    out = io.StringIO()
+    print_status(lake, out)
+    lines = out.getvalue().splitlines()
+    start = lines.index(f"kafka at {kafka_broker.bootstrap}: records bronze has not read")
+    cells = [re.split(r"\s{2,}", line.strip()) for line in lines[start + 1 : start + 5]]
+    assert cells == [
+        ["flow", "topic", "records", "committed up to (partition:offset)", "not read"],
+        ["bronze.events", "lost.events", "8", "0:20", "3"],
+        ["bronze.impressions", "lost.impressions", "0", "0:0", "0"],
+        ["bronze.clicks", "lost.clicks", "0", "0:0", "0"],
     ]
 
 
