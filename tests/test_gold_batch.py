@@ -44,9 +44,10 @@ def _same(found: pd.DataFrame, expected: pd.DataFrame, name: str) -> None:
     [
         "native",
         # the whole pipeline on the embedded backend too: both give the reference's tables
-        # (in the slow suite, to keep the default one near 15 minutes; the storage contract
-        # still runs both backends there)
-        pytest.param("embedded", marks=[pytest.mark.embedded, pytest.mark.slow]),
+        # (with the event-order matrix, `make test-matrix`, to keep CI near an hour; the
+        # storage contract runs both backends in the default suite, and the slow suite runs
+        # the event-order diagonal on embedded)
+        pytest.param("embedded", marks=[pytest.mark.embedded, pytest.mark.matrix]),
     ],
 )
 def test_gold_tables_equal_their_batch_computation(spark, settings, store, backend):
