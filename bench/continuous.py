@@ -50,7 +50,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -67,6 +66,7 @@ from results import log_stats, machine, write_section  # noqa: E402
 
 from lakehouse import kafka  # noqa: E402
 from lakehouse.generate import MANIFEST  # noqa: E402
+from lakehouse.processes import free_port  # noqa: E402
 from lakehouse.settings import duration_seconds, load_settings  # noqa: E402
 from lakehouse.status import read_table  # noqa: E402
 
@@ -105,12 +105,6 @@ def _landed_bronze_rows(root: Path) -> int:
     return int(json.loads(manifest.read_text())["totals"]["events"]["bronze_rows"])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((kafka.HOST, 0))
-        return s.getsockname()[1]
-
-
 def run_once(args, root: Path) -> dict:
     """One run: the samples and the summary."""
     shutil.rmtree(root, ignore_errors=True)
@@ -125,7 +119,7 @@ def run_once(args, root: Path) -> dict:
     broker = None
     produce = []
     if args.source == "kafka":
-        broker = kafka.Broker(root / "kafka", _free_port())
+        broker = kafka.Broker(root / "kafka", free_port())
         kafka.start(broker)
         common += ["--conf", f"kafka.bootstrap_servers={broker.bootstrap}"]
         common += ["--conf", "bronze.source=kafka"]

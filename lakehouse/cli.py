@@ -339,6 +339,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from lakehouse.generate import GenerateParams
+    from lakehouse.kafka import START_TIMEOUT_S
 
     common = common_parser()
     parser = _Parser(
@@ -558,8 +559,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--timeout",
-        type=float,
-        default=90.0,
+        type=_positive,
+        default=START_TIMEOUT_S,
         help="start: seconds to wait for the broker to serve (default %(default)s)",
     )
     p.set_defaults(func=cmd_kafka)

@@ -699,8 +699,8 @@ _USER_ID = re.compile(r'"user_id"\s*:\s*(-?\d+)')
 
 class KafkaSink:
     """Produces what the file sink writes as landing files to Kafka instead: each source's
-    lines, in arrival order, as the records of topic ``<prefix><source>`` (created with ``partitions``
-    partitions when missing), keyed by the line's user id (none when a corrupted line lost
+    lines, in arrival order, as the records of topic ``<prefix><source>`` (created with
+    ``partitions`` partitions when missing), keyed by the line's user id (none when a corrupted line lost
     it), with an idempotent producer (acks=all). Each write is flushed before it returns, so
     what the manifest records was acknowledged by the broker; the manifest gets, per source,
     the first and end offsets written to each partition."""
@@ -782,11 +782,11 @@ def split_by_arrival(landed: Landed, start_ms: int, slice_ms: int) -> Iterable[L
 # entry points
 
 
-def _write(landing: Landing, sink: KafkaSink | None, source: str, part: Landed) -> str:
-    """One landing file of ``part``, or one flushed batch of records to Kafka."""
+def _write(landing: Landing, sink: KafkaSink | None, source: str, part: Landed, seq: int) -> str:
+    """Landing file number ``seq`` of ``part``, or one flushed batch of records to Kafka."""
     if sink is not None:
         return sink.write(source, part)
-    return landing.write_file(source, landing.next_sequence(source), part)
+    return landing.write_file(source, seq, part)
 
 
 def _summary(tally: SourceTally, sink: KafkaSink | None, source: str) -> dict[str, Any]:
@@ -843,10 +843,11 @@ def generate(
         event_ms, lines = records[source]
         landed = inject_faults(source, event_ms, lines, params, _rng(params.seed, run, source))
         tally = SourceTally()
+        seq = landing.next_sequence(source)
         slices = list(split_by_arrival(landed, params.start_ms, int(params.file_minutes * 60_000)))
         bar = make_progress(f"producing to topic {source}" if sink else f"writing landing/{source}")
         for i, part in enumerate(slices):
-            tally.add(_write(landing, sink, source, part), part)
+            tally.add(_write(landing, sink, source, part, seq + i), part)
             bar.update(i + 1, len(slices))
         bar.done(f"{tally.lines:,} lines in {len(slices)} {'batches' if sink else 'files'}")
         entry["sources"][source] = _summary(tally, sink, source)
@@ -913,7 +914,8 @@ def follow(
             if due.any():
                 part = waiting.take(np.flatnonzero(due))
                 part = part.take(np.argsort(part.arrival, kind="stable"))
-                tallies[source].add(_write(landing, sink, source, part), part)
+                seq = landing.next_sequence(source)
+                tallies[source].add(_write(landing, sink, source, part, seq), part)
             pending[source] = waiting.take(np.flatnonzero(~due))
         entry["sources"] = {s: _summary(tallies[s], sink, s) for s in SOURCES}
         landing.record_run(entry)

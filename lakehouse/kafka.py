@@ -21,7 +21,7 @@ from pathlib import Path
 
 from lakehouse.errors import LakehouseError
 from lakehouse.jars import PROJECT_DIR
-from lakehouse.processes import alive, listening, port_free, stop_group
+from lakehouse.processes import alive, free_port, listening, port_free, stop_group
 from lakehouse.settings import Settings
 
 KAFKA_JARS_DIR = PROJECT_DIR / "jars" / "kafka-lib"
@@ -126,19 +126,11 @@ def _read_properties(path: Path) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in pairs if not k.lstrip().startswith("#")}
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
 def _write_config(b: Broker) -> None:
     """server.properties for the broker's port. The controller's port is chosen once, at the
     first start: the formatted metadata names it as the one voter's endpoint."""
     known = _read_properties(b.properties).get("controller.quorum.bootstrap.servers")
-    controller = known or f"{HOST}:{_free_port()}"
+    controller = known or f"{HOST}:{free_port(HOST)}"
     config = {
         **BROKER_CONFIG,
         "controller.quorum.bootstrap.servers": controller,

@@ -32,6 +32,13 @@ def listening(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens at now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
 def port_free(host: str, port: int) -> bool:
     """This process could listen at ``host:port`` (nothing holds it, not even a socket in
     TIME_WAIT that a listener without SO_REUSEADDR would trip over)."""

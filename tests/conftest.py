@@ -78,14 +78,10 @@ def shuffle_partitions(spark):
 def kafka_broker(tmp_path_factory):
     """Apache Kafka's broker (KRaft, from jars/kafka-lib) on a free loopback port for the whole
     run, started on first use and stopped at the end."""
-    import socket
-
     from lakehouse import kafka
+    from lakehouse.processes import free_port
 
-    with socket.socket() as s:
-        s.bind((kafka.HOST, 0))
-        port = s.getsockname()[1]
-    broker = kafka.Broker(tmp_path_factory.mktemp("kafka"), port)
+    broker = kafka.Broker(tmp_path_factory.mktemp("kafka"), free_port())
     kafka.start(broker)
     yield broker
     kafka.stop(broker)

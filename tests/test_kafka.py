@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import socket
-
 from confluent_kafka import Producer
 
 from lakehouse import kafka
 from lakehouse.cli import main
-from lakehouse.processes import port_free
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((kafka.HOST, 0))
-        return s.getsockname()[1]
+from lakehouse.processes import free_port, port_free
 
 
 def test_start_status_and_stop_a_broker(tmp_path, capsys):
-    folder, port = tmp_path / "broker", _free_port()
+    folder, port = tmp_path / "broker", free_port()
     args = ["--root", str(tmp_path / "lake"), "--dir", str(folder), "--port", str(port)]
     assert main(["kafka", "status", *args]) == 1
     assert capsys.readouterr().out == f"kafka: not running (folder {folder})\n"
@@ -86,7 +78,7 @@ def test_a_topic_with_other_partitions_is_refused(kafka_broker):
 
 
 def test_a_broker_that_is_not_up_in_time_is_stopped_with_one_line(tmp_path, capsys):
-    folder, port = tmp_path / "slow", _free_port()
+    folder, port = tmp_path / "slow", free_port()
     args = ["--root", str(tmp_path), "--dir", str(folder), "--port", str(port)]
     assert main(["kafka", "start", *args, "--timeout", "0.5"]) == 2
     assert capsys.readouterr().err == (
@@ -98,7 +90,7 @@ def test_a_broker_that_is_not_up_in_time_is_stopped_with_one_line(tmp_path, caps
 
 def test_no_java_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-java"))
-    args = ["--root", str(tmp_path), "--port", str(_free_port())]
+    args = ["--root", str(tmp_path), "--port", str(free_port())]
     assert main(["kafka", "start", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("lakehouse: error: Java 17 or newer is required by Spark 4 (JAVA_HOME=")

@@ -7,7 +7,6 @@ import base64
 import io
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from confluent_kafka import Producer, TopicPartition
 
 from lakehouse import checkpoints, kafka
 from lakehouse import generate as gen
+from lakehouse.processes import free_port
 from lakehouse.progress import Progress
 from lakehouse.runner import FlowFailed, declared_tables, run_layers
 from lakehouse.status import print_status, read_table
@@ -242,9 +242,7 @@ def test_a_broker_stopped_under_continuous_bronze_fails_it_and_a_restart_resumes
     """Bronze runs continuously; the broker stops: each flow fails once its calls time out
     (kafka.api_timeout_s, 3 tries), with one line. The broker back, more records produced,
     bronze run again: every table equals its reference, nothing lost or read twice."""
-    with socket.socket() as s:
-        s.bind((kafka.HOST, 0))
-        port = s.getsockname()[1]
+    port = free_port()
     broker = kafka.Broker(tmp_path / "broker", port)
     kafka.start(broker)
     try:
