@@ -13,6 +13,7 @@ paths; it never spells one.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import tomllib
@@ -107,6 +108,17 @@ class BronzeSettings:
 
 
 @dataclass(frozen=True)
+class TopicSettings:
+    """What one bronze flow reading Kafka may set apart from the others (``kafka.<source>``)."""
+
+    # where the flow's first run starts: "" = kafka.starting_offsets; earliest, latest, or
+    # per partition a JSON object of offsets ({"0": 1200, "1": -2}; -2 earliest, -1 latest)
+    starting_offsets: str = ""
+    # records a micro-batch reads at most; -1 = kafka.max_offsets_per_trigger, 0 = no limit
+    max_offsets_per_trigger: int = -1
+
+
+@dataclass(frozen=True)
 class KafkaSettings:
     bootstrap_servers: str = "127.0.0.1:9092"
     # the topics are <prefix><source>: events, impressions and clicks by default; a prefix
@@ -125,6 +137,22 @@ class KafkaSettings:
     # how long a call to the broker may take; Spark's Kafka source tries 3 times, so a flow
     # fails after about 3 x this without a broker
     api_timeout_s: int = 60
+    # per topic (by source), what differs from the two settings above
+    events: TopicSettings = field(default_factory=TopicSettings)
+    impressions: TopicSettings = field(default_factory=TopicSettings)
+    clicks: TopicSettings = field(default_factory=TopicSettings)
+
+    def starting_offsets_of(self, source: str, topic: str) -> str:
+        """Spark's ``startingOffsets`` for the topic of ``source``."""
+        own = getattr(self, source).starting_offsets
+        if not own.startswith("{"):
+            return own or self.starting_offsets
+        return json.dumps({topic: json.loads(own)})
+
+    def max_offsets_of(self, source: str) -> int:
+        """Records per micro-batch at most for the topic of ``source`` (0: no limit)."""
+        own = getattr(self, source).max_offsets_per_trigger
+        return self.max_offsets_per_trigger if own < 0 else own
 
 
 @dataclass(frozen=True)
@@ -381,6 +409,33 @@ _NON_NEGATIVE = {
 }
 
 
+_TOPIC_START = ".starting_offsets"  # kafka.<source>.starting_offsets (kafka.starting_offsets
+_TOPIC_MAX = ".max_offsets_per_trigger"  # is checked by _CHOICES before this suffix is)
+
+
+def _check_partition_offsets(dotted: str, text: str) -> None:
+    """A topic's starting offsets: "", earliest, latest, or {"<partition>": offset, ...}."""
+    if dotted == "kafka" + _TOPIC_START or text in ("", "earliest", "latest"):
+        return
+    try:
+        offsets = json.loads(text)
+    except ValueError:
+        offsets = None
+    good = (
+        isinstance(offsets, dict)
+        and offsets
+        and all(
+            k.isdigit() and isinstance(v, int) and not isinstance(v, bool) and v >= -2
+            for k, v in offsets.items()
+        )
+    )
+    if not good:
+        raise SettingsError(
+            f"setting {dotted!r} must be earliest, latest, or a JSON object of offsets per "
+            f'partition such as {{"0": 1200, "1": -2}} (-2 earliest, -1 latest); got {text!r}'
+        )
+
+
 def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
     hints = get_type_hints(cls)
     kwargs = {}
@@ -419,6 +474,11 @@ def _coerce(dotted: str, hint: Any, value: Any) -> Any:
             raise SettingsError(f"setting {dotted!r} must be > 0; got {number}")
         if dotted in _NON_NEGATIVE and number < 0:
             raise SettingsError(f"setting {dotted!r} must be >= 0; got {number}")
+        if dotted.endswith(_TOPIC_MAX) and number < -1:
+            raise SettingsError(
+                f"setting {dotted!r} must be -1 (kafka.max_offsets_per_trigger), 0 (no limit) "
+                f"or more; got {number}"
+            )
         return number
     if hint is str or str in get_args(hint):
         text = str(value)
@@ -435,6 +495,8 @@ def _coerce(dotted: str, hint: Any, value: Any) -> Any:
             raise SettingsError(
                 f"setting {dotted!r} must be HOST:PORT[,HOST:PORT...]; got {text!r}"
             )
+        if dotted.endswith(_TOPIC_START):
+            _check_partition_offsets(dotted, text)
         if dotted in _DURATIONS:
             try:
                 duration_seconds(text)

@@ -235,6 +235,38 @@ def test_records_gone_before_bronze_read_them_stop_it_with_the_way_out(
     ]
 
 
+def test_a_topic_can_start_at_its_own_offsets_and_read_its_own_batch_size(
+    spark, settings, kafka_broker
+):
+    """kafka.<source>.starting_offsets and .max_offsets_per_trigger apply to that topic only:
+    events starts at offset 4 and reads 2 records per micro-batch, clicks reads all at once."""
+    lake = _kafka_lake(settings, kafka_broker, "own.", 1, max_offsets=100).with_overrides(
+        {
+            "kafka.events.starting_offsets": '{"0": 4}',
+            "kafka.events.max_offsets_per_trigger": 2,
+            "kafka.clicks.max_offsets_per_trigger": 0,
+        }
+    )
+    topics = {s: lake.topic(s) for s in ("events", "impressions", "clicks")}
+    kafka.create_topics(kafka_broker.bootstrap, list(topics.values()), partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "log_level": 0})
+    event = '{"event_id":"e%d","user_id":7,"event_time":"2026-01-05T08:00:0%dZ"}'
+    click = (
+        '{"click_id":"c%d","impression_id":"i%d","ad_id":1,"user_id":7,'
+        '"click_time":"2026-01-05T08:00:0%dZ"}'
+    )
+    for i in range(10):
+        producer.produce(topics["events"], value=event % (i, i))
+        producer.produce(topics["clicks"], value=click % (i, i, i))
+    assert producer.flush(30) == 0
+
+    reports = {r.flow: r for r in run_layers(spark, lake, ["bronze"], out=io.StringIO())}
+    assert sorted(read_table(lake, "bronze.events")["event_id"]) == [f"e{i}" for i in range(4, 10)]
+    assert (reports["bronze.events"].batches, reports["bronze.events"].input_rows) == (3, 6)
+    assert len(read_table(lake, "bronze.clicks")) == 10
+    assert (reports["bronze.clicks"].batches, reports["bronze.clicks"].input_rows) == (1, 10)
+
+
 @pytest.mark.slow
 def test_a_broker_stopped_under_continuous_bronze_fails_it_and_a_restart_resumes(
     spark, settings, tmp_path

@@ -97,3 +97,50 @@ def test_durations():
     assert duration_seconds("10 minutes") == 600
     assert duration_seconds("1 hour") == 3600
     assert duration_seconds("5 seconds") == 5
+
+
+def test_a_kafka_topic_can_set_its_own_starting_offsets_and_batch_size():
+    env = {
+        "LAKEHOUSE_KAFKA__TOPIC_PREFIX": "shop.",
+        "LAKEHOUSE_KAFKA__MAX_OFFSETS_PER_TRIGGER": "5000",
+        "LAKEHOUSE_KAFKA__EVENTS__STARTING_OFFSETS": '{"0": 1200, "2": -2}',
+        "LAKEHOUSE_KAFKA__CLICKS__MAX_OFFSETS_PER_TRIGGER": "0",
+        "LAKEHOUSE_KAFKA__IMPRESSIONS__STARTING_OFFSETS": "latest",
+    }
+    kafka = load_settings("test", config_path=CONF, env=env).kafka
+    assert kafka.starting_offsets_of("events", "shop.events") == (
+        '{"shop.events": {"0": 1200, "2": -2}}'
+    )
+    assert kafka.starting_offsets_of("impressions", "shop.impressions") == "latest"
+    assert kafka.starting_offsets_of("clicks", "shop.clicks") == "earliest"  # kafka.'s
+    assert [kafka.max_offsets_of(s) for s in ("events", "impressions", "clicks")] == [
+        5000,
+        5000,
+        0,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (
+            "kafka.events.starting_offsets",
+            '{"0": "x"}',
+            "setting 'kafka.events.starting_offsets' must be earliest, latest, or a JSON object"
+            ' of offsets per partition such as {"0": 1200, "1": -2} (-2 earliest, -1 latest);'
+            ' got \'{"0": "x"}\'',
+        ),
+        ("kafka.clicks.starting_offsets", "oldest", "must be earliest, latest, or a JSON object"),
+        ("kafka.starting_offsets", '{"0": 1}', "must be one of earliest, latest"),
+        (
+            "kafka.events.max_offsets_per_trigger",
+            "-2",
+            "setting 'kafka.events.max_offsets_per_trigger' must be -1 "
+            "(kafka.max_offsets_per_trigger), 0 (no limit) or more; got -2",
+        ),
+    ],
+)
+def test_bad_kafka_topic_settings_say_what_is_allowed(key, value, message):
+    with pytest.raises(SettingsError) as err:
+        load_settings("test", config_path=CONF, env={}, overrides={key: value})
+    assert message in str(err.value)

@@ -31,7 +31,7 @@ def read_input(
     from pyspark.sql import functions as F
 
     if isinstance(source, LandingInput) and settings.bronze.source == "kafka":
-        return read_topic(spark, settings, settings.topic(source.source))
+        return read_topic(spark, settings, source.source)
     if isinstance(source, LandingInput):
         path = settings.landing_path(source.source)
         if not path.is_dir():
@@ -56,28 +56,31 @@ def read_input(
     raise TypeError(f"unknown flow input {source!r}")
 
 
-def read_topic(spark: SparkSession, settings: Settings, topic: str) -> DataFrame:
-    """The records of Kafka topic ``topic`` as landing lines: ``value`` (the record's bytes as
+def read_topic(spark: SparkSession, settings: Settings, source: str) -> DataFrame:
+    """The records of the Kafka topic of landing source ``source`` as landing lines: ``value`` (the record's bytes as
     a string; null for a null value) and ``_source_file``, the record's place and time,
     ``kafka:<topic>/<partition>/<offset>@<timestamp>``. Offsets live in the checkpoint; a
-    first run starts at ``kafka.starting_offsets``. failOnDataLoss stays on unless
+    first run starts at ``kafka.<source>.starting_offsets`` or else ``kafka.starting_offsets``,
+    and a micro-batch reads at most ``kafka.<source>.max_offsets_per_trigger`` or else
+    ``kafka.max_offsets_per_trigger`` records. failOnDataLoss stays on unless
     ``kafka.fail_on_data_loss`` says otherwise: records deleted before bronze read them
     (retention) fail the flow instead of going missing."""
     from pyspark.sql import functions as F
 
     kafka = settings.kafka
+    topic = settings.topic(source)
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
         .option("subscribe", topic)
-        .option("startingOffsets", kafka.starting_offsets)
+        .option("startingOffsets", kafka.starting_offsets_of(source, topic))
         .option("failOnDataLoss", str(kafka.fail_on_data_loss).lower())
         # (a request may not take longer than the call that makes it)
         .option("kafka.default.api.timeout.ms", kafka.api_timeout_s * 1000)
         .option("kafka.request.timeout.ms", min(30, kafka.api_timeout_s) * 1000)
     )
-    if kafka.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", kafka.max_offsets_per_trigger)
+    if kafka.max_offsets_of(source):
+        reader = reader.option("maxOffsetsPerTrigger", kafka.max_offsets_of(source))
     place = F.format_string(
         "kafka:%s/%d/%d@%s",
         "topic",
