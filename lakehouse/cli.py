@@ -146,6 +146,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print(
                 f"{source:12} {tally['lines']:>10,} lines in {tally['files']:>4} {unit}  ({faults})"
             )
+        for line in gen.profile_lines(entry["profile"]):
+            print(f"profile: {line}")
     if sink:
         topics = ", ".join(settings.topic(source) for source in gen.SOURCES)
         print(f"topics {topics} at {settings.kafka.bootstrap_servers}")
@@ -391,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--users",
         type=_non_negative_int,
         default=0,
-        help="number of users (default: one per 100 events, at least 50)",
+        help="number of users (default: enough that a user takes a fifth of its 3-hour session slots on average, at least 50)",
     )
     for name in ("duplicate", "disorder", "late", "malformed"):
         key = f"{name}_fraction"

@@ -1,6 +1,6 @@
 """``lakehouse demo``: generate a small lake and run the layers that exist so far.
 
-It generates synthetic landing data (100,000 events by default; skipped when the lake root
+It generates a day of synthetic landing data (100,000 events by default; skipped when the lake root
 already has a manifest), runs bronze, silver and gold in available-now mode, and prints what
 each table holds next to what the generator's manifest says should be there, then what silver
 dropped (duplicates, late rows) and quarantined (per rule), then the first rows of every gold
@@ -13,6 +13,11 @@ import json
 import sys
 
 from lakehouse.settings import Settings
+
+# a day of traffic (its daily curve; more than the 5-hour watermark of the ad statistics, so
+# their hours close), in quarter-hour landing files
+DEMO_HOURS = 24.0
+DEMO_FILE_MINUTES = 15.0
 
 
 def run_demo(settings: Settings, events: int = 100_000) -> int:
@@ -34,7 +39,13 @@ def _demo(spark, store, settings: Settings, events: int) -> int:
     if manifest_path.exists():
         print(f"landing data found ({manifest_path}); not generating more")
     else:
-        gen.generate(spark, settings.root, gen.params_from_settings(settings, events=events))
+        params = gen.params_from_settings(
+            settings, events=events, hours=DEMO_HOURS, file_minutes=DEMO_FILE_MINUTES
+        )
+        entry = gen.generate(spark, settings.root, params)
+        print("the generated traffic:")
+        for line in gen.profile_lines(entry["profile"]):
+            print(f"  {line}")
     try:
         reports = {r.flow: r for r in run_layers(spark, settings, ["bronze", "silver", "gold"])}
     except RunStopped as exc:

@@ -6,15 +6,25 @@ seeded NumPy generator; lines are then written as JSON-lines files under ``landi
 one file per slice of arrival time, named so that lexical order is arrival order. Every injected
 fault is counted in ``landing/_manifest.json`` so tests and ``verify`` can account for each line.
 
-Shape of the data:
+Shape of the data, a shop's traffic (``lakehouse generate`` prints its profile):
 
-- users have a skewed activity (user ids near 1 are heavy users); each user session is a burst
-  of events spread over 5 to 60 minutes, so consecutive events are sometimes more and sometimes
-  less than 15 minutes apart, and bursts of one user overlap or leave idle gaps;
-- event types follow a plausible funnel mix; purchase amounts are log-normal (a long tail);
-- impressions spread over many ads (skewed popularity) grouped five per campaign; each ad has a
-  click-through rate of 1 to 6 percent; clicks follow their impression by up to an hour, and
-  about 5 percent of clicks come 1 to 2 hours later (they must not join).
+- sessions, not events, are drawn: each user can start a session once per slot of 3 hours
+  (at the same second of each slot), and takes a slot with a chance that falls with the
+  user's rank (a few heavy users come back every slot, most users rarely) times a daily
+  curve (night trough, evening peak); so one user's sessions are hours apart;
+- a session has a log-normal number of events (median 10, a tail up to 300) a log-normal
+  time apart (median 30 s, at most 14 minutes): median minutes long, the longest hours;
+- a funnel: page views (landing on the home page, a category or a product; popular and rare
+  products), searches and add-to-carts; 3.5 % of sessions of 4 or more events end in a
+  checkout, an add-to-cart and then 1 to 4 purchases a few seconds apart; purchase amounts
+  are log-normal;
+- an ad is shown on 55 % of the page views (an impression of that user at that moment), over
+  many ads (skewed popularity) grouped five per campaign; each ad has a click-through rate of
+  1 to 6 percent; clicks follow their impression by up to an hour, and about 5 percent of
+  clicks come 1 to 2 hours later (they must not join).
+
+All draws are hashes of the session's user and slot and the event's place in it, with the
+seed: the same seed gives the same records however Spark partitions them.
 """
 
 from __future__ import annotations
@@ -66,9 +76,9 @@ DEFAULT_START = "2026-01-05T08:00:00Z"
 MANIFEST = "_manifest.json"
 IMPRESSIONS_PER_EVENT = 0.4
 SPEC_PARTITIONS = 4  # fixed, so the same seed gives the same rows on any machine
-EVENTS_PER_SESSION = 20
-EVENTS_PER_USER = 100
-FOLLOW_CHUNK_S = 60.0  # event time built at once by follow()
+FOLLOW_CHUNK_S = 60.0  # session starts built at once by follow()
+FOLLOW_WARMUP_S = 900  # session starts before a follow run begins whose later events it sends
+FOLLOW_JITTER_S = 300  # a smaller jitter of session starts: fewer candidates per minute built
 
 
 class GenerateError(LakehouseError, ValueError):
@@ -135,7 +145,7 @@ class GenerateParams:
 
     @property
     def user_count(self) -> int:
-        return self.users or max(50, self.events // EVENTS_PER_USER)
+        return self.users or default_users(self.events, self.hours)
 
     def watermark_ms(self, source: str) -> int:
         return duration_seconds(self.watermarks[source]) * 1000
@@ -159,23 +169,6 @@ def params_from_settings(settings: Settings, **kwargs: Any) -> GenerateParams:
 
 # --------------------------------------------------------------------------------------------
 # dbldatagen specs
-
-
-def _rand(seed: int, k: int) -> str:
-    """A uniform draw in [0, 1) from its own seeded stream. (dbldatagen's own random columns
-    seed themselves from the column name, not from ``randomSeed``, so every ``--seed`` would
-    give the same draws; Spark's ``rand(seed)`` per partition is deterministic instead.)"""
-    return f"rand({(seed * 1009 + k) % (2**62)})"
-
-
-def _uniform(name: str, seed: int, k: int) -> dict[str, Any]:
-    return {"colName": name, "colType": "double", "expr": _rand(seed, k), "omit": True}
-
-
-def _skewed_user(unit: str, users: int) -> str:
-    """A user id in 1..users from a uniform ``unit``: low ids are the heavy users (user 1 gets
-    about 1/sqrt(users) of the draws)."""
-    return f"1 + cast(floor({users} * pow({unit}, 2)) as bigint)"
 
 
 def _unit(column: str, salt: int) -> str:
@@ -204,174 +197,355 @@ def _data_generator(spark: SparkSession, **options):
             spark.conf.unset(DEPRECATED_ARROW)
 
 
-def events_spec(
-    spark: SparkSession,
-    rows: int,
-    *,
-    seed: int,
-    tag: str,
-    start_ms: int,
-    span_s: float,
-    users: int,
-    session_s: tuple[float, float] = (300.0, 3600.0),
-):
-    """Events as bursts (sessions): each row picks a session; the session fixes the user, the
-    start time, the length, the device and the country; the row's time falls inside it.
+# ---- the shape of the traffic (see the module docstring) ------------------------------------
 
-    ``session_s`` bounds the length of a burst; (0, 0) places every event on its own uniformly
-    in the span (the follow mode: a session's ~20 events at one instant would come in clumps)."""
-    sessions = max(1, rows // EVENTS_PER_SESSION)
-    low, high = session_s
-    place = _unit("session", seed + 1) if high > 0 else "offset"
-    return (
+# a user's sessions start in slots of this length (each slot holds one session or none), so
+# one user's sessions are hours apart; shorter when a small run needs more slots
+SESSION_PERIOD_S = 3 * 3600
+# events per session: log-normal (median 10, mean about 15), at most SESSION_EVENTS_MAX
+SESSION_EVENTS_MEDIAN = 10
+SESSION_EVENTS_SIGMA = 0.9
+SESSION_EVENTS_MAX = 300
+MEAN_SESSION_EVENTS = 15.0  # of the distribution above (numerically: 14.99)
+# seconds between a session's events: log-normal (median 30 s), below the 15-minute session gap
+GAP_MEDIAN_S = 30.0
+GAP_SIGMA = 1.0
+GAP_MAX_S = 14 * 60
+# a session of 4 or more events ends in a checkout with this chance: an add-to-cart, then 1 to 4
+# purchases a few seconds apart (several items bought at once: 3 or 4 raise a purchase alert)
+CONVERSION = 0.035
+BUYS = ((0.72, 1), (0.86, 2), (0.95, 3), (1.0, 4))  # (cumulative share, purchases)
+# relative traffic per hour of the day (UTC): a night trough and an evening peak
+DAILY_CURVE = (
+    0.30, 0.20, 0.14, 0.11, 0.11, 0.14, 0.24, 0.40, 0.55, 0.64, 0.70, 0.74,
+    0.80, 0.78, 0.74, 0.74, 0.80, 0.88, 0.95, 1.00, 1.00, 0.90, 0.70, 0.46,
+)  # fmt: skip
+# activity per user ~ 1 / rank^USER_SKEW: a few users come back every slot, most rarely
+USER_SKEW = 1.0
+# users per session slot taken: the default number of users gives each slot this chance on
+# average (user 1 takes every one of its slots, the lightest users few)
+ACTIVE_SHARE = 0.2
+AD_SHARE = 0.55  # page views that show an ad (an impression)
+PRODUCTS, CATEGORIES = 2000, 30
+
+
+def _hash_unit(*columns: str, salt: int) -> str:
+    """A uniform number in (0, 1], a pure function of ``columns`` and ``salt``."""
+    return f"((pmod(xxhash64({', '.join(columns)}, {salt}), 1000003) + 1) / 1000004D)"
+
+
+def _hash_normal(*columns: str, salt: int) -> str:
+    """A standard normal number, a pure function of ``columns`` and ``salt`` (Box-Muller)."""
+    u1, u2 = _hash_unit(*columns, salt=salt), _hash_unit(*columns, salt=salt + 1)
+    return f"(sqrt(-2 * ln({u1})) * cos(2 * pi() * {u2}))"
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Where and how much traffic one build makes: sessions starting in [start, start + span),
+    their users, and the events wanted (the sessions are cut to exactly that many)."""
+
+    events: int
+    start_ms: int
+    span_ms: int
+    users: int
+    seed: int
+    tag: str
+    daily: bool = True  # the daily curve; False: a flat rate (the live --follow stream)
+    keep_from_ms: int | None = None  # events before this time are dropped (follow's warm-up)
+    # a session starts up to this long after its slot's second (None: a quarter of the slot)
+    jitter_s: int | None = None
+
+    @property
+    def sessions(self) -> int:
+        return max(1, math.ceil(self.events / MEAN_SESSION_EVENTS))
+
+    @property
+    def period_s(self) -> int:
+        """A user's slot length in seconds: SESSION_PERIOD_S, or shorter so that the users
+        have at least twice the slots the sessions need."""
+        slots = 2 * self.sessions / max(1, self.users)
+        return int(max(60, min(SESSION_PERIOD_S, self.span_ms / 1000 / slots)))
+
+    def curve(self) -> np.ndarray:
+        return np.asarray(DAILY_CURVE if self.daily else (1.0,) * 24) / max(DAILY_CURVE)
+
+    def activity(self, oversample: float) -> float:
+        """``c`` of a user's chance to take a slot, min(1, c / rank^USER_SKEW): enough for
+        ``oversample`` times the sessions wanted, on average over the curve."""
+        ranks = np.arange(1, self.users + 1, dtype=np.float64) ** -USER_SKEW
+        hours = (self.start_ms + np.arange(0, self.span_ms, 60_000)) // 3_600_000 % 24
+        slots = self.span_ms / 1000 / self.period_s * float(self.curve()[hours].mean())
+        wanted = oversample * self.sessions
+        low, high = 0.0, 1.0
+        while np.minimum(1.0, high * ranks).sum() * slots < wanted and high < 1e12:
+            high *= 2
+        for _ in range(60):
+            mid = (low + high) / 2
+            low, high = (
+                (mid, high) if np.minimum(1.0, mid * ranks).sum() * slots < wanted else (low, mid)
+            )
+        return high
+
+    @property
+    def jitter(self) -> int:
+        return self.period_s // 4 if self.jitter_s is None else min(self.jitter_s, self.period_s)
+
+    def candidates(self) -> tuple[list[tuple[int, int, int]], int, int]:
+        """The (slot, first second, end second) ranges of the slot seconds whose sessions can
+        start in the span, the users per second of the period (``per``) and the multiplier
+        giving a user's second.
+
+        User u's sessions can start at ``slot * period + second(u)`` plus a jitter of up to
+        ``jitter`` seconds, ``second(u) = ((u - 1) * K + offset) mod period`` (K coprime with
+        the period, so users near each other in rank, the heavy ones, start apart): the users
+        whose second lies in a range are listed directly, without going through every user
+        (the live stream builds a minute at a time)."""
+        period_ms = self.period_s * 1000
+        begin, end = self.start_ms - self.jitter * 1000, self.start_ms + self.span_ms
+        ranges = []
+        for slot in range(begin // period_ms, (end - 1) // period_ms + 1):
+            lo = max(0, -(-(begin - slot * period_ms) // 1000))
+            hi = min(self.period_s, -(-(end - slot * period_ms) // 1000))
+            if hi > lo:
+                ranges.append((slot, lo, hi))
+        per = -(-self.users // self.period_s)
+        k = next(
+            k
+            for k in range(int(self.period_s * 0.618) | 1, 10 * self.period_s + 3)
+            if math.gcd(k, self.period_s) == 1
+        )
+        return ranges, per, k
+
+
+def default_users(events: int, hours: float) -> int:
+    """Users for ``events`` over ``hours`` when none are given: each session slot of a user
+    taken with ACTIVE_SHARE's chance on average (at least 50)."""
+    sessions = events / MEAN_SESSION_EVENTS
+    slots = max(1.0, hours * 3600 / SESSION_PERIOD_S)
+    return max(50, math.ceil(sessions / (slots * ACTIVE_SHARE)))
+
+
+def sessions_spec(spark: SparkSession, traffic: Traffic, activity: float):
+    """dbldatagen: one row per (slot, second of the period, user of that second), kept when the
+    user takes the slot (its chance, times the daily curve at that hour), with the session's
+    start, length in events, checkout, device and country."""
+    from pyspark.sql import functions as F
+
+    t, seed = traffic, traffic.seed
+    ranges, per, k = t.candidates()
+    sizes = [hi - lo for _, lo, hi in ranges]
+    cum = np.cumsum([0, *sizes])
+    period = t.period_s
+    inverse = pow(k, -1, period) if period > 1 else 0
+    offset = seed * 7919 % period  # second(u) = ((u - 1) * k + offset) mod period
+    curve = ", ".join(f"{v:.4f}" for v in t.curve())
+    starts = ", ".join(str(c) for c in cum[:-1])
+    slot_of = ", ".join(str(slot) for slot, _, _ in ranges)
+    first_second = ", ".join(str(lo) for _, lo, _ in ranges)
+    # row id -> range i (by the cumulative sizes), second, j-th user of that second
+    rng = f"size(filter(array({starts}), c -> c <= id div {per}))"
+    second = f"element_at(array({first_second}), r) + g div {per} - element_at(array({starts}), r)"
+    hour = "cast(pmod(start_ms, 86400000) div 3600000 as int)"
+    buys = " ".join(
+        f"WHEN {_hash_unit('user_id', 'slot', salt=seed + 26)} <= {share} THEN {n}"
+        for share, n in BUYS
+    )
+    length = _hash_normal("user_id", "slot", salt=seed + 24)
+    rows = (
         _data_generator(
             spark,
-            name="events",
-            rows=rows,
+            name="sessions",
+            rows=max(1, int(cum[-1]) * per),
             partitions=SPEC_PARTITIONS,
             randomSeed=seed,
             randomSeedMethod="hash_fieldname",
         )
-        .withColumn(
-            "session",
-            "long",
-            omit=True,
-            expr=f"cast(floor({_rand(seed, 1)} * {sessions}) as bigint)",
-        )
-        # a few heavy users: user 1 owns ~1/sqrt(users) of the sessions
+        .withColumn("g", "long", baseColumn="id", expr="id")
+        .withColumn("r", "int", baseColumn="id", expr=rng if ranges else "1")
+        .build()
+    )
+    if not ranges:
+        return rows.where("false").select(F.lit(0).alias("user_id"))
+    return (
+        rows.withColumn("second", F.expr(second))
+        .withColumn("slot", F.expr(f"cast(element_at(array({slot_of}), r) as bigint)"))
         .withColumn(
             "user_id",
-            "long",
-            baseColumn="session",
-            expr=_skewed_user(_unit("session", seed), users),
+            F.expr(f"pmod((second - {offset}) * {inverse}, {period}) + (g % {per}) * {period} + 1"),
         )
-        .withColumn(**_uniform("offset", seed, 2))
+        .where(F.col("user_id") <= t.users)
         .withColumn(
-            "event_time",
-            "timestamp",
-            baseColumn=["session", "offset"],
-            expr=(
-                f"timestamp_millis(cast({start_ms} + round(1000 * ("
-                f"{place} * {span_s}"
-                f" + offset * ({low} + {high - low} * pow({_unit('session', seed + 2)}, 1.5))"
-                ")) as bigint))"
+            "start_ms",
+            F.expr(
+                f"slot * {period * 1000} + second * 1000 + cast("
+                f"{_hash_unit('user_id', 'slot', salt=seed + 22)} * {t.jitter * 1000} as bigint)"
             ),
         )
-        .withColumn(**_uniform("type_pick", seed, 3))
-        .withColumn(
-            "event_type",
-            "string",
-            baseColumn="type_pick",
-            expr=(
-                "CASE WHEN type_pick < 0.62 THEN 'page_view' WHEN type_pick < 0.82 THEN 'search'"
-                " WHEN type_pick < 0.94 THEN 'add_to_cart' ELSE 'purchase' END"
-            ),
+        .where(F.expr(f"start_ms >= {t.start_ms} AND start_ms < {t.start_ms + t.span_ms}"))
+        .where(
+            F.expr(
+                f"{_hash_unit('user_id', 'slot', salt=seed + 23)} <= least(1.0, {activity}"
+                f" * pow(user_id, {-USER_SKEW})) * element_at(array({curve}), {hour} + 1)"
+            )
         )
-        .withColumn(**_uniform("page_pick", seed, 4))
-        .withColumn(
-            "page",
-            "string",
-            baseColumn=["event_type", "page_pick"],
-            expr=(
-                "CASE event_type WHEN 'search' THEN '/search' WHEN 'add_to_cart' THEN '/cart'"
-                " WHEN 'purchase' THEN '/checkout/complete'"
-                " ELSE CASE WHEN page_pick < 0.15 THEN '/'"
-                " WHEN page_pick < 0.4 THEN concat('/category/', 1 + cast(page_pick * 997 as int) % 20)"
-                " ELSE concat('/product/', 1 + cast(500 * pow((page_pick - 0.4) / 0.6, 2) as int))"
-                " END END"
+        .select(
+            "user_id",
+            "slot",
+            "start_ms",
+            F.expr(
+                f"cast(least({SESSION_EVENTS_MAX}, greatest(1, round(exp("
+                f"{math.log(SESSION_EVENTS_MEDIAN)} + {SESSION_EVENTS_SIGMA} * {length}))))"
+                " as int)"
+            ).alias("events"),
+            F.expr(f"{_hash_unit('user_id', 'slot', salt=seed + 25)} < {CONVERSION}").alias(
+                "converts"
             ),
+            F.expr(f"CASE {buys} END").alias("buys"),
+            F.expr(f"xxhash64(user_id, slot, {seed + 27})").alias("order"),
         )
-        .withColumn(
-            "amount",
-            "double",
-            baseColumn="event_type",
-            expr=(
-                f"CASE WHEN event_type = 'purchase' THEN "
-                f"round(least(5000, exp(3.2 + 0.9 * randn({(seed * 1009 + 5) % (2**62)}))), 2) END"
-            ),
-        )
-        .withColumn(
-            "device",
-            "string",
-            baseColumn="session",
-            expr=(
-                f"CASE WHEN {_unit('session', seed + 4)} < 0.55 THEN 'mobile'"
-                f" WHEN {_unit('session', seed + 4)} < 0.93 THEN 'desktop' ELSE 'tablet' END"
-            ),
-        )
-        .withColumn(
-            "country",
-            "string",
-            baseColumn="user_id",
-            expr=(
-                f"element_at(array('US','US','US','DE','GB','FR','IN','BR','JP','NL'), "
-                f"1 + cast(pmod(xxhash64(user_id, {seed + 5}), 10) as int))"
-            ),
-        )
-        .withColumn("event_id", "string", baseColumn="id", expr=f"md5(concat('e:{tag}:', id))")
     )
 
 
-def impressions_spec(
-    spark: SparkSession,
-    rows: int,
-    *,
-    seed: int,
-    tag: str,
-    start_ms: int,
-    span_s: float,
-    users: int,
-):
-    """Impressions over many ads (skewed popularity, five ads per campaign), each carrying
-    whether it was clicked and after how long (1 to 6 percent click-through per ad)."""
-    ads = max(20, rows // 800)
+def _cut(sessions, events: int):
+    """The sessions in a random order (by hash) until ``events`` events, the last one cut
+    short: a pandas frame with ``kept`` events per session; None when there are too few."""
+    frame = sessions.toPandas().sort_values(["order", "user_id", "slot"], ignore_index=True)
+    before = frame["events"].cumsum() - frame["events"]
+    if len(frame) == 0 or before.iloc[-1] + frame["events"].iloc[-1] < events:
+        return None
+    frame = frame[before < events].copy()
+    frame["kept"] = np.minimum(frame["events"], events - before[frame.index]).astype("int32")
+    return frame
+
+
+def events_frame(spark: SparkSession, traffic: Traffic) -> DataFrame:
+    """The events of ``traffic``: its sessions exploded into their events (a funnel of page
+    views, searches and add-to-carts, a checkout at the end of a converting session)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    t, seed = traffic, traffic.seed
+    sessions = None
+    for oversample in (1.3, 2.0, 4.0, 16.0):
+        sessions = _cut(sessions_spec(spark, t, t.activity(oversample)), t.events)
+        if sessions is not None or t.events == 0:
+            break
+    if sessions is None or t.events == 0:
+        if t.events:
+            raise GenerateError(
+                f"{t.users} users cannot make {t.events:,} events in {t.span_ms / 3_600_000:g} "
+                "hours; give more --users or --hours"
+            )
+        return None
+    columns = ["user_id", "slot", "start_ms", "events", "kept", "converts", "buys"]
+    frame = spark.createDataFrame(sessions[columns]).repartition(SPEC_PARTITIONS, "user_id")
+    pos, buys = F.col("pos"), F.col("buys")
+    unit = lambda salt: _hash_unit("user_id", "slot", "pos", salt=seed + salt)  # noqa: E731
+    gap = (
+        f"cast(least({GAP_MAX_S * 1000}, greatest(1000, round(exp({math.log(GAP_MEDIAN_S * 1000)}"
+        f" + {GAP_SIGMA} * {_hash_normal('user_id', 'slot', 'pos', salt=seed + 31)})))) as bigint)"
+    )
+    buying = F.col("converts") & (F.col("events") >= 4) & (pos >= F.col("events") - buys)
+    carting = F.col("converts") & (F.col("events") >= 4) & (pos == F.col("events") - buys - 1)
+    events = (
+        frame.select(
+            *columns[:-2],
+            "converts",
+            "buys",
+            F.explode(F.sequence(F.lit(0), F.col("kept") - 1)).alias("pos"),
+        )
+        .withColumn("buying", buying)
+        .withColumn("carting", carting)
+        .withColumn(
+            "gap_ms",
+            F.when(pos == 0, F.lit(0))
+            .when(F.col("buying"), F.expr(f"3000 + cast({unit(32)} * 9000 as bigint)"))
+            .otherwise(F.expr(gap)),
+        )
+        .withColumn(
+            "event_ms",
+            F.col("start_ms")
+            + F.sum("gap_ms").over(Window.partitionBy("user_id", "slot").orderBy("pos")),
+        )
+    )
+    browse = unit(33)
+    page_pick, item = unit(34), unit(35)
+    product = f"concat('/product/', 1 + cast(floor({PRODUCTS} * pow({item}, 3)) as int))"
+    category = f"concat('/category/', 1 + cast(floor({CATEGORIES} * pow({item}, 2)) as int))"
+    landing = f"CASE WHEN {page_pick} < 0.35 THEN '/' WHEN {page_pick} < 0.6 THEN {category} ELSE {product} END"
+    viewing = f"CASE WHEN {page_pick} < 0.08 THEN '/' WHEN {page_pick} < 0.35 THEN {category} ELSE {product} END"
     return (
-        _data_generator(
-            spark,
-            name="impressions",
-            rows=rows,
-            partitions=SPEC_PARTITIONS,
-            randomSeed=seed + 7,
-            randomSeedMethod="hash_fieldname",
-        )
-        .withColumn("impression_id", "string", baseColumn="id", expr=f"md5(concat('i:{tag}:', id))")
-        .withColumn(**_uniform("ad_pick", seed, 11))
-        .withColumn(
-            "ad_id",
-            "long",
-            baseColumn="ad_pick",
-            expr=f"1 + cast(floor({ads} * pow(ad_pick, 1.6)) as bigint)",
-        )
-        .withColumn("campaign_id", "long", baseColumn="ad_id", expr="1 + (ad_id - 1) div 5")
-        .withColumn(**_uniform("user_pick", seed, 12))
-        .withColumn(
+        events.select(
+            F.expr(f"md5(concat('e:{t.tag}:', user_id, ':', slot, ':', pos))").alias("event_id"),
             "user_id",
-            "long",
-            baseColumn="user_pick",
-            expr=_skewed_user("user_pick", users),
+            F.expr(
+                "CASE WHEN buying THEN 'purchase' WHEN carting THEN 'add_to_cart'"
+                f" WHEN pos = 0 OR {browse} < 0.70 THEN 'page_view'"
+                f" WHEN {browse} < 0.88 THEN 'search' ELSE 'add_to_cart' END"
+            ).alias("event_type"),
+            "pos",
+            "event_ms",
+            "slot",
         )
-        .withColumn(**_uniform("time_pick", seed, 13))
-        .withColumn(
-            "impression_time",
-            "timestamp",
-            baseColumn="time_pick",
-            expr=f"timestamp_millis(cast({start_ms} + round(time_pick * {span_s * 1000}) as bigint))",
+        .select(
+            "event_id",
+            "user_id",
+            "event_type",
+            F.expr(
+                "CASE event_type WHEN 'search' THEN '/search' WHEN 'add_to_cart' THEN '/cart'"
+                f" WHEN 'purchase' THEN '/checkout/complete'"
+                f" ELSE CASE WHEN pos = 0 THEN {landing} ELSE {viewing} END END"
+            ).alias("page"),
+            F.expr(
+                f"CASE WHEN event_type = 'purchase' THEN round(least(5000, exp(3.2 + 0.9 * "
+                f"{_hash_normal('user_id', 'slot', 'pos', salt=seed + 36)})), 2) END"
+            ).alias("amount"),
+            F.timestamp_millis("event_ms").alias("event_time"),
+            F.expr(
+                f"CASE WHEN {_hash_unit('user_id', 'slot', salt=seed + 4)} < 0.55 THEN 'mobile'"
+                f" WHEN {_hash_unit('user_id', 'slot', salt=seed + 4)} < 0.93 THEN 'desktop'"
+                " ELSE 'tablet' END"
+            ).alias("device"),
+            F.expr(
+                "element_at(array('US','US','US','DE','GB','FR','IN','BR','JP','NL'), "
+                f"1 + cast(pmod(xxhash64(user_id, {seed + 5}), 10) as int))"
+            ).alias("country"),
         )
-        .withColumn(**_uniform("click_pick", seed, 14))
-        .withColumn(
-            "clicked",
-            "boolean",
-            baseColumn=["click_pick", "ad_id"],
-            expr=f"click_pick < 0.01 + 0.05 * {_unit('ad_id', seed + 8)}",
+        .where(
+            F.lit(True) if t.keep_from_ms is None else F.unix_millis("event_time") >= t.keep_from_ms
         )
-        .withColumn(**_uniform("delay_pick", seed, 15))
-        .withColumn(**_uniform("late_pick", seed, 16))
+    )
+
+
+def impressions_frame(events: DataFrame, traffic: Traffic) -> DataFrame:
+    """An ad shown on AD_SHARE of the page views (skewed popularity over many ads, five ads per
+    campaign), each with whether it was clicked (1 to 6 percent click-through per ad) and how
+    long after."""
+    from pyspark.sql import functions as F
+
+    seed, rows = traffic.seed, round(traffic.events * IMPRESSIONS_PER_EVENT)
+    ads = max(20, rows // 800)
+    unit = lambda salt: _hash_unit("event_id", salt=seed + salt)  # noqa: E731
+    return (
+        events.where(F.expr(f"event_type = 'page_view' AND {unit(11)} < {AD_SHARE}"))
+        .select(
+            F.expr(f"md5(concat('i:{traffic.tag}:', event_id))").alias("impression_id"),
+            F.expr(f"1 + cast(floor({ads} * pow({unit(12)}, 1.6)) as bigint)").alias("ad_id"),
+            "user_id",
+            F.expr(
+                f"timestamp_millis(unix_millis(event_time) + 200 + cast({unit(13)} * 2800 as bigint))"
+            ).alias("impression_time"),
+            F.expr(unit(14)).alias("click_pick"),
+            F.expr(unit(15)).alias("delay_pick"),
+            F.expr(unit(16)).alias("late_pick"),
+        )
+        .withColumn("campaign_id", F.expr("1 + (ad_id - 1) div 5"))
+        .withColumn("clicked", F.expr(f"click_pick < 0.01 + 0.05 * {_unit('ad_id', seed + 8)}"))
         # milliseconds from impression to click: up to the 1-hour bound, or 5% beyond it
         .withColumn(
             "click_delay_ms",
-            "long",
-            baseColumn=["delay_pick", "late_pick"],
-            expr=(
+            F.expr(
                 "CASE WHEN late_pick < 0.05 THEN 3600001 + cast(delay_pick * 3599999 as bigint)"
                 " ELSE greatest(1000, least(3600000, cast(-ln(1 - delay_pick) * 480000 as bigint)))"
                 " END"
@@ -380,68 +554,162 @@ def impressions_spec(
     )
 
 
-def _lines(df: DataFrame, time_field: str, fields: list[str]) -> tuple[np.ndarray, list[str]]:
-    """(event time in epoch ms, JSON line) of every row, in the spec's row order."""
+def _lines(
+    df: DataFrame, time_field: str, fields: list[str], extra: tuple[str, ...] = ()
+) -> tuple[np.ndarray, list[str], dict[str, np.ndarray]]:
+    """(event time in epoch ms, JSON line) of every row, ordered by time and then by the row's
+    id (the first field), so a seed gives the same order however Spark partitioned the rows;
+    and the ``extra`` columns in that order."""
     from pyspark.sql import functions as F
 
     table = df.select(
-        F.unix_millis(F.col(time_field)).alias("t"), F.to_json(F.struct(*fields)).alias("line")
+        F.unix_millis(F.col(time_field)).alias("t"),
+        F.col(fields[0]).alias("id"),
+        F.to_json(F.struct(*fields)).alias("line"),
+        *extra,
     ).toArrow()
-    return table.column("t").to_numpy(), table.column("line").to_pylist()
+    t = table.column("t").to_numpy()
+    order = np.lexsort((np.asarray(table.column("id").to_pylist(), dtype=object), t))
+    lines = table.column("line").to_pylist()
+    more = {name: table.column(name).to_numpy(zero_copy_only=False)[order] for name in extra}
+    return t[order], [lines[i] for i in order], more
+
+
+EVENT_FIELDS = [
+    "event_id",
+    "user_id",
+    "event_type",
+    "page",
+    "amount",
+    "event_time",
+    "device",
+    "country",
+]
 
 
 def source_records(
-    spark: SparkSession,
-    events: int,
-    *,
-    seed: int,
-    tag: str,
-    start_ms: int,
-    span_s: float,
-    users: int,
-    session_s: tuple[float, float] = (300.0, 3600.0),
-) -> dict[str, tuple[np.ndarray, list[str]]]:
-    """The clean records of every source: (event time ms, JSON line) per source."""
+    spark: SparkSession, traffic: Traffic
+) -> tuple[dict[str, tuple[np.ndarray, list[str]]], dict[str, Any]]:
+    """The clean records of every source, (event time ms, JSON line) per source, and the
+    profile of the events (:func:`profile`)."""
     from pyspark.sql import functions as F
 
     out: dict[str, tuple[np.ndarray, list[str]]] = {}
-    ev = events_spec(
-        spark,
-        events,
-        seed=seed,
-        tag=tag,
-        start_ms=start_ms,
-        span_s=span_s,
-        users=users,
-        session_s=session_s,
-    ).build()
-    out["events"] = _lines(
-        ev,
-        "event_time",
-        ["event_id", "user_id", "event_type", "page", "amount", "event_time", "device", "country"],
-    )
-    rows = round(events * IMPRESSIONS_PER_EVENT)
-    imp = impressions_spec(
-        spark, rows, seed=seed, tag=tag, start_ms=start_ms, span_s=span_s, users=users
-    ).build()
-    out["impressions"] = _lines(
-        imp,
-        "impression_time",
-        ["impression_id", "ad_id", "campaign_id", "user_id", "impression_time"],
-    )
-    clicks = imp.where("clicked").select(
-        F.md5(F.concat(F.lit(f"c:{tag}:"), F.col("impression_id"))).alias("click_id"),
-        "impression_id",
-        "ad_id",
-        "user_id",
-        F.timestamp_millis(F.unix_millis("impression_time") + F.col("click_delay_ms")).alias(
-            "click_time"
+    events = events_frame(spark, traffic)
+    if events is None:
+        empty = (np.empty(0, np.int64), [])
+        return dict.fromkeys(SOURCES, empty), profile(np.empty(0), np.empty(0), np.empty(0))
+    events = events.persist()
+    try:
+        t, lines, more = _lines(events, "event_time", EVENT_FIELDS, ("user_id", "event_type"))
+        out["events"] = (t, lines)
+        shape = profile(more["user_id"], t, more["event_type"])
+        imp = impressions_frame(events, traffic).persist()
+        try:
+            t, lines, _ = _lines(
+                imp,
+                "impression_time",
+                ["impression_id", "ad_id", "campaign_id", "user_id", "impression_time"],
+            )
+            out["impressions"] = (t, lines)
+            clicks = imp.where("clicked").select(
+                F.md5(F.concat(F.lit(f"c:{traffic.tag}:"), F.col("impression_id"))).alias(
+                    "click_id"
+                ),
+                "impression_id",
+                "ad_id",
+                "user_id",
+                F.timestamp_millis(
+                    F.unix_millis("impression_time") + F.col("click_delay_ms")
+                ).alias("click_time"),
+            )
+            t, lines, _ = _lines(
+                clicks,
+                "click_time",
+                ["click_id", "impression_id", "ad_id", "user_id", "click_time"],
+            )
+            out["clicks"] = (t, lines)
+        finally:
+            imp.unpersist()
+    finally:
+        events.unpersist()
+    return out, shape
+
+
+SESSION_GAP_MS = 15 * 60_000  # of gold.sessions: what the profile calls a session
+
+
+def _quantiles(values: np.ndarray, digits: int = 1) -> dict[str, float]:
+    if not len(values):
+        return {}
+    q = np.quantile(values, [0.5, 0.9, 0.99])
+    return {
+        "min": round(float(values.min()), digits),
+        "median": round(float(q[0]), digits),
+        "p90": round(float(q[1]), digits),
+        "p99": round(float(q[2]), digits),
+        "max": round(float(values.max()), digits),
+    }
+
+
+def profile(users: np.ndarray, times_ms: np.ndarray, types: np.ndarray) -> dict[str, Any]:
+    """What the generated events look like as a shop's traffic: sessions as gold.sessions
+    finds them (a user's events at most 15 minutes apart) with their events and minutes, the
+    share of sessions with a purchase and of events that are purchases, users and events per
+    hour, and the busiest user's share of the events."""
+    if not len(times_ms):
+        return {"events": 0}
+    users = np.asarray(users, dtype=np.int64)
+    order = np.lexsort((times_ms, users))
+    u, t = users[order], np.asarray(times_ms, dtype=np.int64)[order]
+    buy = (np.asarray(types, dtype=object) == "purchase")[order]
+    new = np.r_[True, (u[1:] != u[:-1]) | (np.diff(t) > SESSION_GAP_MS)]
+    heads = np.flatnonzero(new)
+    ends = np.r_[heads[1:], len(t)]
+    sizes = ends - heads
+    minutes = (t[ends - 1] - t[heads]) / 60_000
+    bought = np.add.reduceat(buy.astype(np.int64), heads) > 0
+    hours = t // 3_600_000
+    per_hour = {}
+    for h in np.unique(hours):
+        mask = hours == h
+        per_hour[int(h)] = (int(mask.sum()), len(np.unique(u[mask])))
+    events_per_hour = np.array([v[0] for v in per_hour.values()])
+    users_per_hour = np.array([v[1] for v in per_hour.values()])
+    return {
+        "events": int(len(t)),
+        "users": int(len(np.unique(u))),
+        "sessions": int(len(heads)),
+        "events_per_session": _quantiles(sizes.astype(float)),
+        "session_minutes": _quantiles(minutes),
+        "sessions_with_purchase": round(float(bought.mean()), 4),
+        "purchase_share_of_events": round(float(buy.mean()), 4),
+        "events_per_hour": _quantiles(events_per_hour.astype(float), 0),
+        "users_per_hour": _quantiles(users_per_hour.astype(float), 0),
+        "busiest_user_share": round(
+            float(np.bincount(np.unique(u, return_inverse=True)[1]).max() / len(t)), 4
         ),
-    )
-    out["clicks"] = _lines(
-        clicks, "click_time", ["click_id", "impression_id", "ad_id", "user_id", "click_time"]
-    )
-    return out
+    }
+
+
+def profile_lines(shape: dict[str, Any]) -> list[str]:
+    """The profile as a few lines for people."""
+    if not shape.get("events"):
+        return ["no events"]
+
+    def q(d: dict[str, float], unit: str = "") -> str:
+        return f"min {d['min']:g}{unit}, median {d['median']:g}{unit}, p90 {d['p90']:g}{unit}, p99 {d['p99']:g}{unit}, max {d['max']:g}{unit}"
+
+    return [
+        f"{shape['events']:,} events by {shape['users']:,} users in {shape['sessions']:,} sessions "
+        f"(a user's events at most 15 minutes apart)",
+        f"events per session: {q(shape['events_per_session'])}",
+        f"session length: {q(shape['session_minutes'], ' min')}",
+        f"sessions with a purchase: {shape['sessions_with_purchase']:.1%}; purchases are "
+        f"{shape['purchase_share_of_events']:.2%} of events; the busiest user has "
+        f"{shape['busiest_user_share']:.2%} of them",
+        f"per hour: events {q(shape['events_per_hour'])}; users {q(shape['users_per_hour'])}",
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -820,15 +1088,15 @@ def generate(
     started = time.monotonic()
     build = make_progress("building records with dbldatagen")
     build.note(f"{params.events:,} events and their impressions and clicks ...")
-    records = source_records(
-        spark,
-        params.events,
+    traffic = Traffic(
+        events=params.events,
+        start_ms=params.start_ms,
+        span_ms=int(params.hours * 3_600_000),
+        users=params.user_count,
         seed=params.seed,
         tag=f"{params.seed}:{run}",
-        start_ms=params.start_ms,
-        span_s=params.hours * 3600,
-        users=params.user_count,
     )
+    records, shape = source_records(spark, traffic)
     build.done(f"{sum(len(r[1]) for r in records.values()):,} records")
     entry: dict[str, Any] = {
         "run": run,
@@ -836,6 +1104,7 @@ def generate(
         "sink": "kafka" if sink else "files",
         "complete": False,  # until every file is written: a crash leaves this visible
         "params": dataclasses.asdict(params),
+        "profile": shape,
         "sources": {},
     }
     landing.record_run(entry)
@@ -884,7 +1153,8 @@ def follow(
         raise GenerateError("--rate and --interval must be finite numbers more than 0")
     landing = Landing(root)
     run = _run_number(landing)
-    users = params.users or max(50, int(rate * 3600) // EVENTS_PER_USER)
+    # as many users as a steady stream at ``rate`` needs for the sessions of a period
+    users = params.users or default_users(rate * SESSION_PERIOD_S, SESSION_PERIOD_S / 3600)
     pending = {s: Landed.empty() for s in SOURCES}
     tallies = {s: SourceTally() for s in SOURCES}
     entry: dict[str, Any] = {
@@ -901,7 +1171,9 @@ def follow(
     window_start = int(time.time() * 1000)
     tick = 0
     chunk_ms = int(max(interval_s, FOLLOW_CHUNK_S) * 1000)
-    built_until = window_start  # event time up to which records are built
+    # the first build also holds the sessions that started in the warm-up before the start,
+    # whose later events come now: the stream starts at its full rate
+    built_until = window_start - FOLLOW_WARMUP_S * 1000  # session starts built up to here
     chunk = 0
     ahead = {s: (np.empty(0, np.int64), np.empty(0, object)) for s in SOURCES}
 
@@ -926,15 +1198,20 @@ def follow(
             time.sleep(max(0.0, deadline / 1000 - time.time()))
             now = int(time.time() * 1000)
             while built_until < now + interval_s * 1000:  # the next tick's records too
-                records = source_records(
+                span_ms = max(chunk_ms, now - built_until)
+                records, _ = source_records(
                     spark,
-                    max(1, round(rate * chunk_ms / 1000)),
-                    seed=params.seed + chunk,
-                    tag=f"{params.seed}:{run}:{chunk}",
-                    start_ms=built_until,
-                    span_s=chunk_ms / 1000,
-                    users=users,
-                    session_s=(0.0, 0.0),
+                    Traffic(
+                        events=max(1, round(rate * span_ms / 1000)),
+                        start_ms=built_until,
+                        span_ms=span_ms,
+                        users=users,
+                        seed=params.seed,
+                        tag=f"{params.seed}:{run}:{chunk}",
+                        daily=False,
+                        keep_from_ms=window_start,
+                        jitter_s=FOLLOW_JITTER_S,
+                    ),
                 )
                 for source in SOURCES:
                     event_ms, lines = records[source]
@@ -942,7 +1219,7 @@ def follow(
                         np.concatenate([ahead[source][0], event_ms]),
                         np.concatenate([ahead[source][1], np.array(lines, dtype=object)]),
                     )
-                built_until += chunk_ms
+                built_until += span_ms
                 chunk += 1
             n = 0
             for source in SOURCES:
