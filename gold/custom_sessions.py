@@ -1,5 +1,6 @@
 """gold.sessions_custom: the sessions of gold.sessions from a custom stateful processor, with
-what ``session_window`` cannot give, chained in the same query into gold.session_stats_hourly.
+what ``session_window`` cannot give, and their hourly statistics in gold.session_stats_hourly,
+from one query.
 
 A session is the same as in :mod:`gold.sessions`: a maximal run of one user's events at most
 15 minutes apart; it ends at its last event plus 15 minutes and closes (comes out, once) when
@@ -39,12 +40,16 @@ timer when the watermark passes its end and the timer clears what it closes, so 
 outlives the watermark (a bucket keeps only its last watermark); gold.purchase_alerts shows
 TTL, in the ProcessingTime mode.
 
-Hourly statistics are chained after the processor through its event-time column
-``session_end``: a row emitted when the watermark passes a session's end is never behind the
-downstream watermark, while its start may be hours behind it (Spark then fails the query with
-EMITTING_ROWS_OLDER_THAN_WATERMARK_NOT_ALLOWED), so the hour of a session is the hour it ended.
-One query writes both tables: the hourly aggregation keeps the hour's sessions and the writer
-sends them to gold.sessions_custom, so a session comes out when its hour closes.
+Each session is written to gold.sessions_custom in the micro-batch whose watermark closes it,
+as gold.sessions writes its own, so after every run both tables hold the same sessions. The
+same micro-batch merges the sessions it closed into gold.session_stats_hourly (per hour of
+session end: counts added, means weighted), so an hour's row appears with its first session
+and is final once the watermark passes the hour's end (``ops.completeness``). The statistics
+used to be a 1-hour window aggregation chained after the processor in append mode: each
+session then waited for its hour to close (up to an hour after gold.sessions had it), and the
+aggregation held every session of the open hours in its state. Spark 4.2 also runs that chain
+in update mode, but each micro-batch then re-emits the whole list of every open hour's
+sessions (the README's Gold section has the measurements).
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ from pyspark.sql.types import (
 
 from gold.sessions import SCHEMA as SESSIONS_SCHEMA
 from lakehouse import oracle
-from lakehouse.flows import Flow, Output, Reference, TableInput
+from lakehouse.flows import Flow, Output, Reference, TableInput, Upsert
 from lakehouse.settings import duration_seconds
 
 TABLE = "gold.sessions_custom"
@@ -547,7 +552,7 @@ def custom_sessions(
     buckets: int = BUCKETS,
     initial_state: DataFrame | None = None,
 ) -> DataFrame:
-    """Sessions from the processor (event time ``session_end``), as a stream."""
+    """Sessions from the processor, each in the micro-batch whose watermark closes it."""
     processor = SessionProcessor(duration_seconds(gap) * _MS, max_pages)
     seed = None
     if initial_state is not None:
@@ -563,62 +568,55 @@ def custom_sessions(
             "append",
             "EventTime",
             initialState=seed,
-            eventTimeColumnName="session_end",
         )
     )
 
 
-def sessions_and_hourly_stats(
-    events: DataFrame,
-    *,
-    watermark: str,
-    gap: str = GAP,
-    max_pages: int = MAX_PAGES,
-    buckets: int = BUCKETS,
-    initial_state: DataFrame | None = None,
-) -> DataFrame:
-    """One row per hour (of session end) with its statistics and its sessions: the processor
-    chained into a 1-hour window aggregation in one query. :func:`session_rows` and
-    :func:`stats_rows` split it into the two tables."""
-    sessions = custom_sessions(
-        events,
-        watermark=watermark,
-        gap=gap,
-        max_pages=max_pages,
-        buckets=buckets,
-        initial_state=initial_state,
-    )
+def hourly_increments(sessions: DataFrame) -> DataFrame:
+    """A micro-batch's closed sessions as additions to gold.session_stats_hourly: per hour of
+    session end, the sessions, their mean duration and events, and those with a purchase
+    (merged into the table by :data:`STATS_UPSERT`)."""
     duration = F.col("session_end").cast("double") - F.col("session_start").cast("double")
-    return sessions.groupBy(F.window("session_end", "1 hour").alias("hour")).agg(
-        F.count(F.lit(1)).alias("sessions"),
-        F.avg(duration).alias("mean_duration_s"),
-        F.avg("events").alias("mean_events"),
-        F.count(F.when(F.col("purchases") > 0, 1)).alias("purchasing_sessions"),
-        F.collect_list(F.struct(*SCHEMA.fieldNames())).alias("closed"),
+    return (
+        sessions.groupBy(F.window("session_end", "1 hour").alias("hour"))
+        .agg(
+            F.count(F.lit(1)).alias("sessions"),
+            F.avg(duration).alias("mean_duration_s"),
+            F.avg("events").alias("mean_events"),
+            F.count(F.when(F.col("purchases") > 0, 1)).alias("purchasing_sessions"),
+        )
+        .select(
+            F.col("hour.start").alias("hour_start"),
+            F.col("hour.end").alias("hour_end"),
+            "sessions",
+            "mean_duration_s",
+            "mean_events",
+            "purchasing_sessions",
+        )
     )
 
 
-def session_rows(hourly: DataFrame) -> DataFrame:
-    return hourly.select(F.explode("closed").alias("s")).select("s.*")
+def _weighted(column: str) -> str:
+    return f"(t.{column} * t.sessions + s.{column} * s.sessions) / (t.sessions + s.sessions)"
 
 
-def stats_rows(hourly: DataFrame) -> DataFrame:
-    return hourly.select(
-        F.col("hour.start").alias("hour_start"),
-        F.col("hour.end").alias("hour_end"),
-        "sessions",
-        "mean_duration_s",
-        "mean_events",
-        "purchasing_sessions",
-    )
-
+# an hour's row takes a micro-batch's sessions of that hour: counts add up, means are weighted
+STATS_UPSERT = Upsert(
+    keys=("hour_start",),
+    updates={
+        "sessions": "t.sessions + s.sessions",
+        "mean_duration_s": _weighted("mean_duration_s"),
+        "mean_events": _weighted("mean_events"),
+        "purchasing_sessions": "t.purchasing_sessions + s.purchasing_sessions",
+    },
+)
 
 FLOW = Flow(
     name="gold.sessions_custom",
-    description="sessions from a transformWithStateInPandas processor, chained into "
-    "hourly session statistics, one query",
+    description="sessions from a transformWithStateInPandas processor, each written when the "
+    "watermark closes it, and their hourly statistics merged in the same micro-batch",
     inputs=(TableInput("silver.events"),),
-    transform=sessions_and_hourly_stats,
+    transform=custom_sessions,
     params=lambda settings: {
         "watermark": settings.watermarks.events,
         "max_pages": settings.gold.session_max_pages,
@@ -628,15 +626,15 @@ FLOW = Flow(
     outputs=(
         Output(
             TABLE,
-            rows=session_rows,
             schema=SCHEMA,
             zorder_by=("user_id",),
             reference=Reference(oracle.sessions_custom_table, ("user_id", "session_start")),
         ),
         Output(
             STATS_TABLE,
-            rows=stats_rows,
+            rows=hourly_increments,
             schema=STATS_SCHEMA,
+            upsert=STATS_UPSERT,
             reference=Reference(oracle.session_stats_hourly_table, ("hour_start",)),
         ),
     ),

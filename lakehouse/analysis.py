@@ -196,7 +196,7 @@ def print_flows(analysed: Sequence[AnalysedFlow], settings: Settings, out: TextI
     """The graph, flow by flow: what each reads and writes, how, its state and checkpoint."""
     for a in analysed:
         flow = a.flow
-        mode = flow.output_mode + (f", upserted by {', '.join(flow.keys)}" if flow.keys else "")
+        mode = flow.modes
         rows = [
             ("reads", [_source(s, settings) for s in flow.inputs]),
             ("writes", [f"{', '.join(o.table for o in flow.outputs)} ({mode})"]),

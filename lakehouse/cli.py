@@ -91,6 +91,16 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1]; got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1]; got {value:g}")
+    return value
+
+
 def _positive(text: str) -> float:
     try:
         value = float(text)
@@ -119,6 +129,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         disorder_fraction=args.disorder_fraction,
         late_fraction=args.late_fraction,
         malformed_fraction=args.malformed_fraction,
+        conversion=args.conversion,
     )
     gen.Landing(settings.root)  # an unwritable root fails here, before Spark starts
     sink = None
@@ -394,6 +405,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_non_negative_int,
         default=0,
         help="number of users (default: enough that a user takes a fifth of its 3-hour session slots on average, at least 50)",
+    )
+    p.add_argument(
+        "--conversion",
+        type=_share,
+        default=defaults.conversion,
+        help="share of sessions (of 4 or more events) that end in purchases (default %(default)s)",
     )
     for name in ("duplicate", "disorder", "late", "malformed"):
         key = f"{name}_fraction"

@@ -75,6 +75,18 @@ class Reference:
 
 
 @dataclass(frozen=True)
+class Upsert:
+    """How a table of a flow with several outputs is written instead of appended: each
+    micro-batch's rows (one per ``keys``) are MERGEd into it, a row with a new key inserted, a
+    row with a known key setting each column of ``updates`` to its SQL expression over the
+    table's row ``t`` and the batch's row ``s`` (the others unchanged); exactly once per
+    micro-batch, as appends are."""
+
+    keys: tuple[str, ...]
+    updates: dict[str, str]
+
+
+@dataclass(frozen=True)
 class Output:
     """A table a flow writes. ``rows`` picks this table's rows out of the flow's result (None:
     the result as it is). A ``schema`` creates the table before the flow starts, so downstream
@@ -94,6 +106,8 @@ class Output:
     # how the proof computes the table independently (gold tables; bronze and silver are
     # computed by lakehouse.verify from the landing files)
     reference: Reference | None = None
+    # MERGEd instead of appended (only beside other outputs of an append-mode flow)
+    upsert: Upsert | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +148,21 @@ class Flow:
             raise ValueError(f"flow {self.name} declares no output table")
         if len(self.outputs) > 1 and self.output_mode != "append":
             raise ValueError(f"flow {self.name}: several outputs need append mode")
+        if len(self.outputs) == 1 and self.outputs[0].upsert is not None:
+            raise ValueError(
+                f"flow {self.name}: a single output is upserted by the flow's update mode and "
+                "keys, not by Output.upsert"
+            )
+
+    @property
+    def modes(self) -> str:
+        """How the flow writes, for people: its output mode (and keys), and the tables it
+        merges into, e.g. ``append; gold.session_stats_hourly merged by hour_start``."""
+        mode = self.output_mode + (f", upserted by {', '.join(self.keys)}" if self.keys else "")
+        merged = [
+            f"{o.table} merged by {', '.join(o.upsert.keys)}" for o in self.outputs if o.upsert
+        ]
+        return "; ".join([mode, *merged])
 
     @property
     def layer(self) -> str:

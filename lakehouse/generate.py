@@ -99,6 +99,8 @@ class GenerateParams:
     disorder_fraction: float = 0.05
     late_fraction: float = 0.002
     malformed_fraction: float = 0.005
+    # sessions of 4 or more events that end in a checkout (1 to 4 purchases)
+    conversion: float = 0.035
     watermarks: dict[str, str] = field(
         default_factory=lambda: {
             "events": "10 minutes",
@@ -129,6 +131,8 @@ class GenerateParams:
             value = getattr(self, f"{name}_fraction")
             if not 0 <= value < 1:
                 raise GenerateError(f"--{name}-fraction must be in [0, 1); got {value}")
+        if not 0 <= self.conversion <= 1:
+            raise GenerateError(f"--conversion must be in [0, 1]; got {self.conversion}")
         total = self.disorder_fraction + self.late_fraction + self.malformed_fraction
         if total >= 1:
             raise GenerateError(
@@ -255,6 +259,7 @@ class Traffic:
     keep_from_ms: int | None = None  # events before this time are dropped (follow's warm-up)
     # a session starts up to this long after its slot's second (None: a quarter of the slot)
     jitter_s: int | None = None
+    conversion: float = CONVERSION
 
     @property
     def sessions(self) -> int:
@@ -398,7 +403,7 @@ def sessions_spec(spark: SparkSession, traffic: Traffic, activity: float):
                 f"{math.log(SESSION_EVENTS_MEDIAN)} + {SESSION_EVENTS_SIGMA} * {length}))))"
                 " as int)"
             ).alias("events"),
-            F.expr(f"{_hash_unit('user_id', 'slot', salt=seed + 25)} < {CONVERSION}").alias(
+            F.expr(f"{_hash_unit('user_id', 'slot', salt=seed + 25)} < {t.conversion}").alias(
                 "converts"
             ),
             F.expr(f"CASE {buys} END").alias("buys"),
@@ -1095,6 +1100,7 @@ def generate(
         users=params.user_count,
         seed=params.seed,
         tag=f"{params.seed}:{run}",
+        conversion=params.conversion,
     )
     records, shape = source_records(spark, traffic)
     build.done(f"{sum(len(r[1]) for r in records.values()):,} records")
@@ -1211,6 +1217,7 @@ def follow(
                         daily=False,
                         keep_from_ms=window_start,
                         jitter_s=FOLLOW_JITTER_S,
+                        conversion=params.conversion,
                     ),
                 )
                 for source in SOURCES:

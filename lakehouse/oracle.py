@@ -88,12 +88,10 @@ def _hour(times: pd.Series) -> pd.Series:
 def sessions_custom(
     events: pd.DataFrame, lateness: pd.Timedelta, max_pages: int = 50
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """gold.sessions_custom and gold.session_stats_hourly: the sessions come out with the
-    hour they ended in, once the watermark has passed that hour's end."""
-    closed_by = watermark(events["event_time"], lateness)
+    """gold.sessions_custom and gold.session_stats_hourly: every session the final watermark
+    has closed (as gold.sessions), and per hour of session end the statistics of the closed
+    sessions ended in it (an hour the watermark has not passed yet holds those so far)."""
     found = sessions(events, lateness, max_pages)
-    hour = _hour(found["session_end"])
-    found = found[hour + pd.Timedelta(hours=1) <= closed_by].reset_index(drop=True)
     duration = (found["session_end"] - found["session_start"]).dt.total_seconds()
     stats = (
         found.assign(

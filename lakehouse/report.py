@@ -206,7 +206,7 @@ def flow_table(flows: Sequence[Flow], progress: pd.DataFrame, settings: Settings
             last[str(flow)] = rows
     body = []
     for flow in flows:
-        mode = flow.output_mode + (f", upserted by {', '.join(flow.keys)}" if flow.keys else "")
+        mode = flow.modes
         rows = last.get(flow.name)
         operators, watermark = "no micro-batch recorded", ""
         if rows is not None:

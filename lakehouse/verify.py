@@ -765,6 +765,7 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
         events, attribution = silver_events, attribution
         source = ""
     gold = gold_checks(settings, events, attribution, source)
+    _same_sessions(settings, gold)
     if books_mode:
         # rows silver kept can still be behind a gold flow's own watermark in the micro-batch
         # that brings them, and then that flow drops them: gold depends on the batches too
@@ -774,6 +775,33 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
     checks.extend(gold)
     _every_table_checked(checks)
     return checks
+
+
+SESSION_COLUMNS = ["user_id", "session_start", "session_end", "events", "purchases", "revenue"]
+
+
+def _same_sessions(settings: Settings, checks: list[Check]) -> None:
+    """gold.sessions and gold.sessions_custom must hold the same sessions after every run
+    (both write a session in the micro-batch whose watermark closes it): a books line on
+    gold.sessions_custom's check."""
+    custom = next((c for c in checks if c.table == "gold.sessions_custom"), None)
+    if custom is None:
+        return
+    pair = compare(
+        "gold.sessions_custom",
+        _found(settings, "gold.sessions"),
+        _found(settings, "gold.sessions_custom"),
+        SESSION_COLUMNS,
+        ["user_id", "session_start"],
+    )
+    apart = len(pair.missing) + len(pair.unexpected) + len(pair.differing)
+    custom.books_ok = custom.books_ok and not apart
+    custom.books.append(
+        f"{pair.found:,} sessions, the same as gold.sessions'"
+        if not apart
+        else f"{apart:,} sessions differ from gold.sessions' ({pair.expected:,} there, "
+        f"{pair.found:,} here), e.g. {(pair.missing or pair.unexpected or pair.differing)[0]}"
+    )
 
 
 def _every_table_checked(checks: list[Check]) -> None:

@@ -96,13 +96,11 @@ def test_lakehouse_flows_prints_each_flow_with_its_state_and_starts_no_query(
     (custom,) = [b for b in blocks if b.startswith("sessions_custom:")]
     assert custom.splitlines()[1:] == [
         "  reads       silver.events",
-        "  writes      gold.sessions_custom, gold.session_stats_hourly (append)",
+        "  writes      gold.sessions_custom, gold.session_stats_hourly (append; "
+        "gold.session_stats_hourly merged by hour_start)",
         "  operators   watermark on event_time, delay 10 minutes",
         "              transformWithState by bucket, EventTime time mode (state: the "
         "processor's variables)",
-        "              watermark on session_end, delay 10 minutes (on the rows the operator "
-        "before it emits)",
-        "              aggregation by window",
         f"  checkpoint  {root}/checkpoints/gold/sessions_custom",
     ]
     (hourly,) = [b for b in blocks if b.startswith("user_activity_hourly:")]

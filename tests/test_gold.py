@@ -186,10 +186,18 @@ def test_custom_sessions_match_session_window_and_add_pages_counts_and_hourly_st
 ):
     """The deliveries of the session_window test, with pages and event types, through
     gold.sessions and gold.sessions_custom side by side: the same sessions, plus landing and
-    exit pages, pages in order, counts per type; and the hour 10:00-11:00 (of session end)
-    in gold.session_stats_hourly. Sessions come out with their hour: all of hour 10 once the
-    watermark passes 11:00."""
+    exit pages, pages in order, counts per type; and per hour of session end in
+    gold.session_stats_hourly. After each delivery both tables hold the same sessions: a
+    session is written when the watermark closes it, in both, and its hour's statistics
+    are merged then (the hour 10:00-11:00 has 4 sessions, then 5)."""
     flows = [_flow("gold.sessions"), _flow("gold.sessions_custom")]
+
+    def same_sessions():
+        common = list(store.read("gold.sessions").columns)
+        found = store.read("gold.sessions_custom").select(common)
+        assertDataFrameEqual(found, store.read("gold.sessions"))
+        return found.count()
+
     _deliver(
         spark,
         store,
@@ -198,7 +206,7 @@ def test_custom_sessions_match_session_window_and_add_pages_counts_and_hourly_st
         [_event(1, 0, page="/a"), _event(2, 0), _event(4, 8, page="/late")],
         [_event(1, 10, event_type="search", page="/s"), _event(2, 15), _event(4, 2, page="/x")],
     )
-    assert store.read("gold.sessions_custom").count() == 0
+    assert same_sessions() == 0  # the watermark (10:05) closes none yet
     _deliver(
         spark,
         store,
@@ -210,11 +218,23 @@ def test_custom_sessions_match_session_window_and_add_pages_counts_and_hourly_st
             _event(3, 12, event_type="purchase", amount=12.5, page="/pay"),
             _event(3, 40, page="/again"),
         ],
-        [_event(9, 120)],
+        [_event(9, 50)],
     )
-    common = list(store.read("gold.sessions").columns)
+    # the watermark (10:40) closes the sessions of u1, u2, u4 and u3's first: not their hour
+    assert same_sessions() == 4
+    # 4 sessions of 35, 30, 17 and 21 minutes; 3+2+2+2 events
+    hour_10 = Row(
+        hour_start=_at(0),
+        hour_end=_at(60),
+        sessions=4,
+        mean_duration_s=(35 + 30 + 17 + 21) * 60 / 4,
+        mean_events=9 / 4,
+        purchasing_sessions=1,
+    )
+    assertDataFrameEqual(store.read("gold.session_stats_hourly"), [hour_10])
+    _deliver(spark, store, settings, flows, [_event(9, 120)])
+    assert same_sessions() == 6  # (10:110) u3's second, u9's first; u9's second is open
     custom = store.read("gold.sessions_custom")
-    assertDataFrameEqual(custom.select(common), store.read("gold.sessions"))
     extra = ("user_id", "session_start", "landing_page", "exit_page", "pages", "event_counts")
     assertDataFrameEqual(
         custom.select(*extra),
@@ -231,20 +251,30 @@ def test_custom_sessions_match_session_window_and_add_pages_counts_and_hourly_st
             Row(*extra)(3, _at(10), "/", "/pay", ["/", "/pay"], {"page_view": 1, "purchase": 1}),
             Row(*extra)(3, _at(40), "/again", "/again", ["/again"], {"page_view": 1}),
             Row(*extra)(4, _at(2), "/x", "/late", ["/x", "/late"], {"page_view": 2}),
+            Row(*extra)(9, _at(50), "/", "/", ["/"], {"page_view": 1}),
         ],
     )
-    # hour 10:00-11:00: 5 sessions of 35, 30, 17, 15 and 21 minutes; 3+2+2+1+2 events
+    # hour 10 takes u3's second session (15 minutes, 1 event) into its figures; u9's session
+    # ends at 11:05, in hour 11
     assertDataFrameEqual(
         store.read("gold.session_stats_hourly"),
         [
             Row(
-                hour_start=_at(0),
-                hour_end=_at(60),
-                sessions=5,
-                mean_duration_s=(35 + 30 + 17 + 15 + 21) * 60 / 5,
-                mean_events=10 / 5,
-                purchasing_sessions=1,
-            )
+                **hour_10.asDict()
+                | {
+                    "sessions": 5,
+                    "mean_duration_s": (35 + 30 + 17 + 15 + 21) * 60 / 5,
+                    "mean_events": 10 / 5,
+                }
+            ),
+            Row(
+                hour_start=_at(60),
+                hour_end=_at(120),
+                sessions=1,
+                mean_duration_s=15 * 60.0,
+                mean_events=1.0,
+                purchasing_sessions=0,
+            ),
         ],
     )
 

@@ -144,7 +144,7 @@ def start_flow(
             options=options,
         )
     routes = [
-        Route(o.table, o.rows or (lambda df: df), o.partition_by, o.event_time)
+        Route(o.table, o.rows or (lambda df: df), o.partition_by, o.event_time, o.upsert)
         for o in flow.outputs
     ]
     return store.write_stream_routed(

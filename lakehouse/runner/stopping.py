@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse import checkpoints
 from lakehouse.session import spark_log_at
+from lakehouse.storage.store import BATCH_ENDED, BATCH_STEPS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -90,19 +91,30 @@ def stop_when_caught_up(
     stop: StopRequest | None = None,
     poll_s: float = 0.1,
     spark: SparkSession | None = None,
+    ended_wait_s: float = 30.0,
 ) -> None:
     """Stop an available-now query that does not stop by itself once a micro-batch shows it
     caught up (see :func:`caught_up`), or return when a stop is requested.
     (``processAllAvailable`` never returns for such a query: each no-data batch counts as
-    progress.) Such a query begins its next no-data micro-batch at once, and the stop cuts it:
-    with ``spark``, Spark's log is off while it stops, or the interrupted
-    file writes log warnings and errors with stack traces although nothing failed."""
+    progress.) Such a query begins its next no-data micro-batch at once, and the stop cuts it.
+    Cut inside its foreachBatch function, Spark's own check of the interruption overflows its
+    stack on the long Python error and the JVM prints the trace past any log level: the stop
+    waits for the function to return (:data:`BATCH_ENDED`, at most ``ended_wait_s``) and
+    stops the query while it commits or plans the next batch (repeated by the next run).
+    With ``spark``, Spark's log is off while it stops, or the interrupted file writes log
+    warnings and errors with stack traces although nothing failed."""
     first_batch = None
+    # (a query whose sink is not a foreachBatch function, the embedded backend's own, has no
+    # Python in the driver to cut, and reports no batch)
+    ended = BATCH_ENDED[query.name] if query.name else None
     while query.isActive and not (stop and stop.requested):
         progress = query.lastProgress
         if first_batch is None and progress is not None:
             first_batch = progress["batchId"]
         if caught_up(progress, first_batch):
+            if ended is not None and BATCH_STEPS.get(query.name):
+                ended.clear()
+                ended.wait(ended_wait_s)
             with spark_log_at(spark, "OFF") if spark else contextlib.nullcontext():
                 query.stop()
             return

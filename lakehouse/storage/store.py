@@ -39,12 +39,14 @@ OUTPUT_MODES = ("append", "complete", "update")
 
 class Route(NamedTuple):
     """A table a routed stream appends to: ``rows(batch)`` are its rows of a micro-batch,
-    written in files in ``event_time`` order when given (see lakehouse.storage.timeorder)."""
+    written in files in ``event_time`` order when given (see lakehouse.storage.timeorder), or
+    MERGEd by ``upsert`` (a :class:`lakehouse.flows.Upsert`)."""
 
     table: str
     rows: Callable[[DataFrame], DataFrame]
     partition_by: Sequence[str] = ()
     event_time: str | None = None
+    upsert: Any = None
 
 
 class NativeUnavailable(LakehouseError, RuntimeError):
@@ -161,7 +163,7 @@ class TableStore(ABC):
             keys = list(keys)
             app_ids: list[str] = []  # read once the query has written its id
 
-            steps = BATCH_STEPS[query_name or _query_name(checkpoint)]
+            steps = _Batches(query_name or _query_name(checkpoint))
 
             def upsert(batch: DataFrame, batch_id: int) -> None:
                 if not app_ids:
@@ -169,11 +171,11 @@ class TableStore(ABC):
                 clock = _Clock()
                 self.upsert(batch, name, keys, app_ids[0], batch_id)
                 clock.lap("write")
-                steps.append({"batch_id": batch_id, **clock.laps})
+                steps.done(batch_id, clock.laps)
 
             return writer.foreachBatch(upsert).start()
         self._before_sink(df, name, options or {})
-        steps = BATCH_STEPS[query_name or _query_name(checkpoint)]
+        steps = _Batches(query_name or _query_name(checkpoint))
         return self._start_sink(writer, name, output_mode, checkpoint, steps)
 
     def _before_sink(self, df: DataFrame, name: str, options: dict[str, str]) -> None:  # noqa: B027
@@ -201,7 +203,7 @@ class TableStore(ABC):
             split_table_name(route.table)
         rows_per_file = self.settings.write.rows_per_file
         app_ids: list[str] = []
-        steps = BATCH_STEPS[query_name or _query_name(checkpoint)]
+        steps = _Batches(query_name or _query_name(checkpoint))
 
         def write_batch(batch: DataFrame, batch_id: int) -> None:
             if not app_ids:
@@ -217,8 +219,12 @@ class TableStore(ABC):
                 clock.lap("compute")
                 side = (before_write(batch, batch_id) if before_write else None) or {}
                 clock.lap("before_write")
-                for name, rows, partition_by, event_time in routes:
+                for name, rows, partition_by, event_time, merge in routes:
                     out = rows(batch)
+                    if merge is not None:
+                        self.upsert(out, name, merge.keys, app_ids[0], batch_id, merge.updates)
+                        failpoint(f"after-write:{name}")
+                        continue
                     if event_time:
                         out = timeorder.clustered(out, event_time, batch_rows, rows_per_file)
                     self.write(
@@ -237,7 +243,7 @@ class TableStore(ABC):
                     if rows_df is not None:
                         self.write(rows_df, name, txn=(app_ids[0], batch_id))
                 clock.lap("write_side")
-                steps.append({"batch_id": batch_id, **clock.laps})
+                steps.done(batch_id, clock.laps)
             finally:
                 # background work on the batch ends before its cached data goes
                 wait([f for f in side.values() if isinstance(f, Future)])
@@ -248,16 +254,24 @@ class TableStore(ABC):
 
     @abstractmethod
     def _start_sink(
-        self, writer, name: str, output_mode: str, checkpoint: str | Path, steps: deque
+        self, writer, name: str, output_mode: str, checkpoint: str | Path, steps: _Batches
     ) -> StreamingQuery:
         """Start the backend's exactly-once sink (it finds the query id in the checkpoint);
         ``steps`` gets the seconds of a micro-batch's steps, when the sink can tell them."""
 
     @abstractmethod
     def upsert(
-        self, df: DataFrame, name: str, keys: Sequence[str], app_id: str, batch_id: int
+        self,
+        df: DataFrame,
+        name: str,
+        keys: Sequence[str],
+        app_id: str,
+        batch_id: int,
+        updates: dict[str, str] | None = None,
     ) -> None:
-        """MERGE one micro-batch into ``name`` by ``keys``, once per ``(app_id, batch_id)``."""
+        """MERGE one micro-batch into ``name`` by ``keys``, once per ``(app_id, batch_id)``: a
+        matched row takes the batch's row (or, with ``updates``, each of those columns the
+        value of its SQL expression over ``t``, the table's row, and ``s``, the batch's)."""
 
     def _partitioned(self, writer, partition_by: Sequence[str]):
         return writer.partitionBy(*partition_by)
@@ -339,12 +353,18 @@ class EmbeddedStore(TableStore):
         )
 
     def _start_sink(
-        self, writer, name: str, output_mode: str, checkpoint: str | Path, steps: deque
+        self, writer, name: str, output_mode: str, checkpoint: str | Path, steps: _Batches
     ) -> StreamingQuery:
         return self._named(writer.format(self.format), name).start(str(self.path(name)))
 
     def upsert(
-        self, df: DataFrame, name: str, keys: Sequence[str], app_id: str, batch_id: int
+        self,
+        df: DataFrame,
+        name: str,
+        keys: Sequence[str],
+        app_id: str,
+        batch_id: int,
+        updates: dict[str, str] | None = None,
     ) -> None:
         import pyarrow.compute as pc
         from deltalake import CommitProperties, Transaction
@@ -377,20 +397,20 @@ class EmbeddedStore(TableStore):
             if data.num_rows == 0:
                 return
             try:
-                (
-                    table.merge(
-                        source=data,
-                        predicate=predicate,
-                        source_alias="s",
-                        target_alias="t",
-                        commit_properties=CommitProperties(
-                            app_transactions=[Transaction(app_id=app_id, version=batch_id)]
-                        ),
-                    )
-                    .when_matched_update_all()
-                    .when_not_matched_insert_all()
-                    .execute()
+                merger = table.merge(
+                    source=data,
+                    predicate=predicate,
+                    source_alias="s",
+                    target_alias="t",
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app_id=app_id, version=batch_id)]
+                    ),
                 )
+                if updates:
+                    merger = merger.when_matched_update(updates=dict(updates))
+                else:
+                    merger = merger.when_matched_update_all()
+                merger.when_not_matched_insert_all().execute()
                 return
             except CommitFailedError:
                 if attempt == dfiles.MAX_COMMIT_ATTEMPTS - 1:
@@ -532,7 +552,7 @@ class NativeStore(TableStore):
         self.create(name, df.schema, partition_by)
 
     def _start_sink(
-        self, writer, name: str, output_mode: str, checkpoint: str | Path, steps: deque
+        self, writer, name: str, output_mode: str, checkpoint: str | Path, steps: _Batches
     ) -> StreamingQuery:
         if output_mode != "append":
             # delta-spark's own sink, exactly-once (it records the query id and batch id): an
@@ -549,12 +569,18 @@ class NativeStore(TableStore):
             if not self._append_once(batch, name, app_ids[0], batch_id):
                 _run_without_writing(batch)
             clock.lap("write")
-            steps.append({"batch_id": batch_id, **clock.laps})
+            steps.done(batch_id, clock.laps)
 
         return writer.foreachBatch(append).start()
 
     def upsert(
-        self, df: DataFrame, name: str, keys: Sequence[str], app_id: str, batch_id: int
+        self,
+        df: DataFrame,
+        name: str,
+        keys: Sequence[str],
+        app_id: str,
+        batch_id: int,
+        updates: dict[str, str] | None = None,
     ) -> None:
         from delta.tables import DeltaTable
 
@@ -580,14 +606,14 @@ class NativeStore(TableStore):
                 spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
                 try:
                     condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-                    (
-                        DeltaTable.forPath(spark, path)
-                        .alias("t")
-                        .merge(df.alias("s"), condition)
-                        .whenMatchedUpdateAll()
-                        .whenNotMatchedInsertAll()
-                        .execute()
+                    merge = (
+                        DeltaTable.forPath(spark, path).alias("t").merge(df.alias("s"), condition)
                     )
+                    if updates:
+                        merge = merge.whenMatchedUpdate(set=dict(updates))
+                    else:
+                        merge = merge.whenMatchedUpdateAll()
+                    merge.whenNotMatchedInsertAll().execute()
                 finally:
                     spark.conf.unset("spark.databricks.delta.write.txnAppId")
                     spark.conf.unset("spark.databricks.delta.write.txnVersion")
@@ -725,6 +751,20 @@ def _query_name(checkpoint: str | Path) -> str:
 # the tables' writes and commits; wait_side, write_side: the side outputs, e.g. the
 # great-expectations results). bench/latency.py reads it; nothing else depends on it.
 BATCH_STEPS: defaultdict[str, deque[dict[str, float]]] = defaultdict(lambda: deque(maxlen=2000))
+# Per query name, set each time its foreachBatch function returns: the moment a query that
+# never ends by itself can be stopped outside Python (lakehouse.runner.stopping)
+BATCH_ENDED: defaultdict[str, threading.Event] = defaultdict(threading.Event)
+
+
+class _Batches:
+    """Where a query's foreachBatch function reports each micro-batch it is done with."""
+
+    def __init__(self, query: str):
+        self.query = query
+
+    def done(self, batch_id: int, laps: dict[str, float]) -> None:
+        BATCH_STEPS[self.query].append({"batch_id": batch_id, **laps})
+        BATCH_ENDED[self.query].set()
 
 
 class _Clock:
