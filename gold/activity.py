@@ -113,6 +113,7 @@ FLOWS = (
             Output(
                 FIVE_MINUTE_TABLE,
                 schema=FIVE_MINUTE_SCHEMA,
+                complete_by="window_end",
                 zorder_by=("user_id",),
                 reference=Reference(oracle.user_activity_5m_table, FIVE_MINUTE_KEYS),
             ),
@@ -128,6 +129,7 @@ FLOWS = (
             Output(
                 HOURLY_TABLE,
                 schema=HOURLY_SCHEMA,
+                complete_by="hour_end",
                 zorder_by=("user_id",),
                 reference=Reference(oracle.user_activity_hourly_table, ("user_id", "hour_start")),
             ),

@@ -62,6 +62,7 @@ FLOW = Flow(
         Output(
             TABLE,
             schema=SCHEMA,
+            complete_by="hour_end",
             zorder_by=("ad_id",),
             reference=Reference(oracle.ad_performance_hourly_table, ("ad_id", "hour_start")),
         ),

@@ -8,7 +8,9 @@ each purchase alerts at most once (its alert is recorded in the state).
 
 A ``transformWithStateInPandas`` processor per user, in the ProcessingTime mode so that its
 ListState of recent purchases (time, event id, amount, alerted) carries a TTL: a user who
-stops buying is forgotten ``ttl`` after their last purchase was processed. The list itself is
+stops buying is forgotten ``ttl`` after their last purchase was processed. Its input has the
+events watermark, as every gold flow's: a purchase behind it is dropped (and counted), so the
+alerts of the purchases before the watermark are final (ops.completeness). The list itself is
 pruned to the purchases that can still matter: within ``lateness`` plus 1 minute of the
 user's latest purchase.
 """
@@ -141,7 +143,8 @@ def purchase_alerts(
         duration_seconds(ttl) * 1000, duration_seconds(lateness) * 1000, threshold
     )
     return (
-        events.where(F.col("event_type") == "purchase")
+        events.withWatermark("event_time", lateness)
+        .where(F.col("event_type") == "purchase")
         .select("user_id", "event_id", "event_time", "amount")
         .groupBy("user_id")
         .transformWithStateInPandas(processor, SCHEMA, "append", "ProcessingTime")
@@ -164,6 +167,7 @@ FLOW = Flow(
             TABLE,
             schema=SCHEMA,
             zorder_by=("user_id",),
+            complete_by="purchase_time",
             # an alert carries the figures of the moment it was raised, which depend on the
             # batches: the purchases that alert do not
             reference=Reference(

@@ -70,6 +70,7 @@ FLOW = Flow(
         Output(
             TABLE,
             schema=SCHEMA,
+            complete_by="hour_end",
             zorder_by=("country",),
             reference=Reference(oracle.revenue_by_country_hourly_table, ("country", "hour_start")),
         ),

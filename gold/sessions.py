@@ -73,6 +73,7 @@ FLOW = Flow(
         Output(
             TABLE,
             schema=SCHEMA,
+            complete_by="session_end",
             zorder_by=("user_id",),
             reference=Reference(oracle.sessions_table, ("user_id", "session_start")),
         ),

@@ -46,6 +46,8 @@ SCHEMA = StructType(
         StructField("first_activity", TimestampType()),
         StructField("last_activity", TimestampType()),
         StructField("events", LongType()),
+        # when the span closed: its last event (of any type) plus the idle time
+        StructField("span_end", TimestampType()),
     ]
 )
 # the open spans of a user as JSON: [[first ms, last ms, {event type: [first, last, events]}],
@@ -90,14 +92,14 @@ def _merge(spans: list, idle_ms: int) -> list:
     return merged
 
 
-def _rows(user_id: int, spans: list) -> pd.DataFrame:
+def _rows(user_id: int, spans: list, idle_ms: int) -> pd.DataFrame:
     """One row per span and event type."""
     rows = [
-        (event_type, first, last, count)
-        for _, _, types in spans
+        (event_type, first, last, count, span_last + idle_ms)
+        for _, span_last, types in spans
         for event_type, (first, last, count) in sorted(types.items())
     ]
-    types, firsts, lasts, counts = (list(c) for c in zip(*rows, strict=True))
+    types, firsts, lasts, counts, ends = (list(c) for c in zip(*rows, strict=True))
     return pd.DataFrame(
         {
             "user_id": np.full(len(rows), user_id, dtype=np.int64),
@@ -105,6 +107,7 @@ def _rows(user_id: int, spans: list) -> pd.DataFrame:
             "first_activity": pd.to_datetime(np.asarray(firsts), unit="ms", utc=True),
             "last_activity": pd.to_datetime(np.asarray(lasts), unit="ms", utc=True),
             "events": np.asarray(counts, dtype=np.int64),
+            "span_end": pd.to_datetime(np.asarray(ends), unit="ms", utc=True),
         }
     )
 
@@ -129,7 +132,7 @@ def span_function(idle_ms: int):
         else:
             state.remove()
         if closed:
-            yield _rows(user_id, closed)
+            yield _rows(user_id, closed, idle_ms)
 
     return spans
 
@@ -162,6 +165,7 @@ FLOW = Flow(
             TABLE,
             schema=SCHEMA,
             zorder_by=("user_id",),
+            complete_by="span_end",
             reference=Reference(
                 oracle.user_activity_spans_table, ("user_id", "first_activity", "event_type")
             ),

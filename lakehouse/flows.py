@@ -108,6 +108,10 @@ class Output:
     reference: Reference | None = None
     # MERGEd instead of appended (only beside other outputs of an append-mode flow)
     upsert: Upsert | None = None
+    # the event-time column of a gold table's rows that its flow's watermark closes (a
+    # window's or session's end): rows before the flow's watermark are final, and
+    # ops.completeness records that mark (see lakehouse.monitoring)
+    complete_by: str | None = None
 
 
 @dataclass(frozen=True)

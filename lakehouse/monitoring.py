@@ -6,7 +6,9 @@ without stateful operators gets one row with a null operator. Spark reports a ba
 committed, so a job killed in between leaves a committed batch unrecorded; the runner finds such
 batches (:func:`recorded_batches`) and recounts them before the flow's next start.
 ``ops.runs`` has one row per flow and run (start, end, status, micro-batches, rows, error),
-written by :func:`record_runs` when a run ends, failed runs included. Both are appended with
+written by :func:`record_runs` when a run ends, failed runs included. ``ops.completeness``
+has a row per gold table each time its flow's watermark moves: the event time before which
+the table's rows are final (:func:`completeness_rows`). Both are appended with
 delta-rs from the driver (no Spark job, so recording never competes with the flows); a failure
 to record is logged, never raised into a flow.
 """
@@ -139,14 +141,63 @@ def recorded_batches(settings: Settings, since: dict[str, int]) -> dict[str, set
     return recorded
 
 
-class ProgressRecorder:
-    """Appends progress rows to ops.stream_progress under a lake root."""
+COMPLETENESS_TABLE = "ops.completeness"
+COMPLETENESS_SCHEMA = pa.schema(
+    [
+        ("table", pa.string()),
+        ("flow", pa.string()),
+        # the table's rows whose `column` is before this time are final: nothing is added to
+        # them or changed any more (late rows aside, which the flow drops and counts)
+        ("complete_through", pa.timestamp("us", tz="UTC")),
+        ("column", pa.string()),
+        ("query_id", pa.string()),
+        ("batch_id", pa.int64()),  # the micro-batch whose watermark it is
+        ("recorded_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
 
-    def __init__(self, settings: Settings):
+
+def completeness_rows(
+    progress: dict[str, Any], outputs: list[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """The complete-through marks a micro-batch's progress gives ``outputs`` ((table,
+    column) of its flow): its watermark, the event time every stateful operator of the
+    flow has closed its rows up to (none before the first watermark)."""
+    watermark = _time((progress.get("eventTime") or {}).get("watermark"))
+    if watermark is None or watermark.timestamp() <= 0:
+        return []
+    now = dt.datetime.now(dt.UTC)
+    return [
+        {
+            "table": table,
+            "flow": progress.get("name"),
+            "complete_through": watermark,
+            "column": column,
+            "query_id": progress.get("id"),
+            "batch_id": progress.get("batchId"),
+            "recorded_at": now,
+        }
+        for table, column in outputs
+    ]
+
+
+class ProgressRecorder:
+    """Appends progress rows to ops.stream_progress under a lake root, and to ops.completeness
+    the marks of the flows in ``marks`` (flow: its (table, column) pairs) when they move."""
+
+    def __init__(self, settings: Settings, marks: dict[str, list[tuple[str, str]]] | None = None):
         self.root = str(settings.table_path(TABLE).absolute())
+        self.completeness = str(settings.table_path(COMPLETENESS_TABLE).absolute())
+        self.marks = marks or {}
+        self.last_mark: dict[str, Any] = {}  # per flow, the mark last recorded
 
     def record(self, progress: dict[str, Any]) -> None:
         append_rows(self.root, SCHEMA, progress_rows(progress), "STREAM PROGRESS")
+        flow = progress.get("name")
+        rows = completeness_rows(progress, self.marks.get(flow, []))
+        if rows and self.last_mark.get(flow) != rows[0]["complete_through"]:
+            append_rows(self.completeness, COMPLETENESS_SCHEMA, rows, "COMPLETENESS")
+            self.last_mark[flow] = rows[0]["complete_through"]
 
     def on_progress(self, progress_json: str) -> None:
         try:

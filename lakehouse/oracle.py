@@ -208,12 +208,13 @@ def user_activity_spans(events: pd.DataFrame, lateness: pd.Timedelta) -> pd.Data
     frame = _events(events)
     closed_by = watermark(frame["event_time"], lateness)
     frame["run"] = _runs(frame, SPAN_IDLE)
-    ends = frame.groupby("run")["event_time"].transform("max")
-    frame = frame[ends + SPAN_IDLE < closed_by]
+    frame["span_end"] = frame.groupby("run")["event_time"].transform("max") + SPAN_IDLE
+    frame = frame[frame["span_end"] < closed_by]
     out = frame.groupby(["run", "user_id", "event_type"], as_index=False).agg(
         first_activity=("event_time", "min"),
         last_activity=("event_time", "max"),
         events=("event_time", "size"),
+        span_end=("span_end", "first"),
     )
     out = out.drop(columns="run")
     return out.sort_values(["user_id", "first_activity", "event_type"], ignore_index=True)

@@ -19,7 +19,7 @@ import pandas as pd
 from lakehouse.flows import Flow, LandingInput
 from lakehouse.runner.declarations import PIPELINE, layer_flows
 from lakehouse.settings import Settings
-from lakehouse.status import last_runs, read_table
+from lakehouse.status import current_marks, last_runs, read_table
 
 COLORS = (
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
@@ -330,6 +330,22 @@ def build_report(settings: Settings) -> str:
                 "share",
                 {t: g.set_index("at")["passed"] for t, g in checks.groupby("table")},
             )
+        )
+    marks = current_marks(settings)
+    if not marks.empty:
+        rows = "".join(
+            "<tr>"
+            + "".join(
+                f"<td>{html.escape(str(v))}</td>"
+                for v in (r.table, r.column, f"{r.complete_through:%Y-%m-%d %H:%M:%S}", r.flow)
+            )
+            + "</tr>"
+            for r in marks.itertuples()
+        )
+        sections.append(
+            "<h3>Gold rows final before (ops.completeness)</h3><table><tr><th>table</th>"
+            "<th>rows whose</th><th>are before (UTC)</th><th>flow</th></tr>"
+            f"{rows}</table>"
         )
     if not runs.empty:
         last = last_runs(runs)

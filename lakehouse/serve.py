@@ -38,7 +38,7 @@ def serve_sql(settings: Settings) -> int:
         thrift = spark._jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
         server = thrift.startWithSparkSession(spark._jsparkSession, False)
         url = f"jdbc:hive2://{settings.sql.host}:{settings.sql.port}/"
-        print(f"serving {len(tables)} tables of {settings.root} at {url}", flush=True)
+        print(f"serving {len(tables)} tables and views of {settings.root} at {url}", flush=True)
         print(f"  beeline -u {url} -e 'SHOW TABLES IN gold'   (Ctrl-C stops)", flush=True)
         try:
             while not stop.wait(0.5):  # a timed wait lets the signal handler run

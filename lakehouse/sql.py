@@ -1,4 +1,5 @@
-"""SQL over the lake: every Delta table registered under its ``layer.table`` name.
+"""SQL over the lake: every Delta table registered under its ``layer.table`` name, and for
+each gold table a view ``layer.table_final`` of its final rows (see :func:`final_views`).
 
 ``lakehouse sql "SELECT ..."`` runs one statement and prints its result as a table, CSV or
 JSON lines; the Thrift JDBC/ODBC server registers the same tables. Each layer is a database of
@@ -70,7 +71,36 @@ def register_tables(spark: SparkSession, settings: Settings) -> list[str]:
             spark.dataSource.register(source)
             spark.sql(f"CREATE TABLE `{layer}`.`{table}` USING {source.name()}")
         names.append(name)
-    return names
+    return names + final_views(spark, names)
+
+
+def final_views(spark: SparkSession, registered: Sequence[str]) -> list[str]:
+    """For each gold table with a complete-through column, the view ``<table>_final``: its
+    rows before the table's mark in ops.completeness, those that will not change any more
+    (none while the table has no mark). The names created."""
+    from lakehouse.monitoring import COMPLETENESS_TABLE
+    from lakehouse.runner import completeness_columns
+
+    views = []
+    for outputs in completeness_columns().values():
+        for table, column in outputs:
+            if table not in registered:
+                continue
+            layer, name = table.split(".")
+            if COMPLETENESS_TABLE in registered:
+                mark = (
+                    f"(SELECT max(complete_through) FROM {COMPLETENESS_TABLE} "
+                    f"WHERE `table` = '{table}')"
+                )
+                where = f"`{column}` < {mark}"
+            else:
+                where = "false"
+            spark.sql(
+                f"CREATE OR REPLACE VIEW `{layer}`.`{name}_final` AS "
+                f"SELECT * FROM `{layer}`.`{name}` WHERE {where}"
+            )
+            views.append(f"{table}_final")
+    return views
 
 
 def run_sql(spark: SparkSession, statement: str, max_rows: int) -> tuple[list[str], list, bool]:

@@ -4,7 +4,8 @@ It starts no Spark, so it answers in a second even while flows run.
 
 Sections: every table (version, rows and files from the log, last write); the last run of each
 flow; per stateful operator its state rows and memory in the latest micro-batch and their
-growth over the recent ones; quality rules that failed; rows dropped as late or duplicate.
+growth over the recent ones; quality rules that failed; up to when each gold table's rows are
+final (ops.completeness); rows dropped as late or duplicate.
 """
 
 from __future__ import annotations
@@ -35,6 +36,18 @@ def read_table(settings: Settings, name: str) -> pd.DataFrame:
 def last_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The latest ops.runs row of each flow, by flow name."""
     return runs.sort_values("started_at").groupby("flow").tail(1).sort_values("flow")
+
+
+def current_marks(settings: Settings) -> pd.DataFrame:
+    """Per gold table, its complete-through mark now (the latest of ops.completeness): table,
+    column, complete_through, flow, recorded_at; by table."""
+    from lakehouse.monitoring import COMPLETENESS_TABLE
+
+    marks = read_table(settings, COMPLETENESS_TABLE)
+    if marks.empty:
+        return marks
+    marks = marks.sort_values(["complete_through", "recorded_at"]).groupby("table").tail(1)
+    return marks.sort_values("table", ignore_index=True)
 
 
 def _when(ms_or_time) -> str:
@@ -182,6 +195,25 @@ def print_status(settings: Settings, out: TextIO | None = None) -> None:
             ],
             out,
             {3, 4},
+        )
+
+    print(
+        "\ngold rows final before (ops.completeness: the flow's watermark after its last "
+        "micro-batch)",
+        file=out,
+    )
+    marks = current_marks(settings)
+    if marks.empty:
+        print("  no mark yet: no gold micro-batch has moved a watermark", file=out)
+    else:
+        _print_table(
+            ["table", "rows whose", "are before", "as of"],
+            [
+                [r.table, r.column, _when(r.complete_through), _when(r.recorded_at)]
+                for r in marks.itertuples()
+            ],
+            out,
+            set(),
         )
 
     print("\nrows dropped, over every run (late: behind the watermark)", file=out)

@@ -17,6 +17,7 @@ import pytest
 from gold.ads import SCHEMA as ADS_SCHEMA
 from gold.sessions import SCHEMA as SESSIONS_SCHEMA
 from lakehouse.cli import main
+from lakehouse.monitoring import COMPLETENESS_SCHEMA, COMPLETENESS_TABLE, append_rows
 
 QUERIES = Path(__file__).resolve().parents[1] / "queries"
 UTC = dt.UTC
@@ -27,7 +28,7 @@ def _at(hour, minute=0):
 
 
 @pytest.fixture
-def gold(spark, store):
+def gold(spark, store, settings):
     ads = [  # (ad, hour, impressions, clicks)
         (1, 10, 10, 2),
         (2, 10, 4, 1),
@@ -48,6 +49,18 @@ def gold(spark, store):
         (1, _at(11, 10), _at(11, 40), 3, 0, 0.0),
     ]
     store.write(spark.createDataFrame(sessions, SESSIONS_SCHEMA), "gold.sessions")
+    # the ad hours before 11:30 and the sessions before 11:00 are final
+    marks = [("gold.ad_performance_hourly", "hour_end", _at(11, 30))]
+    marks += [("gold.sessions", "session_end", _at(11))]
+    append_rows(
+        str(settings.table_path(COMPLETENESS_TABLE)),
+        COMPLETENESS_SCHEMA,
+        [
+            {"table": t, "flow": t, "complete_through": at, "column": c, "batch_id": 3}
+            for t, c, at in marks
+        ],
+        "COMPLETENESS",
+    )
 
 
 def _sql(settings, capsys, *args):
@@ -57,6 +70,7 @@ def _sql(settings, capsys, *args):
 
 
 def test_top_ads_by_click_through_rate_per_hour(gold, settings, capsys):
+    """From the final rows only: hour 11 ends after the table's mark (11:30)."""
     query = str(QUERIES / "top_ads_by_ctr_per_hour.sql")
     code, out, _ = _sql(settings, capsys, "--file", query, "--format", "csv")
     assert code == 0
@@ -65,8 +79,11 @@ def test_top_ads_by_click_through_rate_per_hour(gold, settings, capsys):
         "2026-01-05 10:00:00,2,4,1,0.25,1",
         "2026-01-05 10:00:00,5,8,2,0.25,2",
         "2026-01-05 10:00:00,1,10,2,0.2,3",
-        "2026-01-05 11:00:00,1,3,1,0.3333,1",
     ]
+    code, out, _ = _sql(
+        settings, capsys, "SELECT count(*) FROM gold.ad_performance_hourly_final", "--format", "csv"
+    )
+    assert out.splitlines() == ["count(1)", "5"]
 
 
 def test_sessions_per_hour_as_a_table_and_as_json_lines(gold, settings, capsys):
@@ -74,10 +91,10 @@ def test_sessions_per_hour_as_a_table_and_as_json_lines(gold, settings, capsys):
     code, out, _ = _sql(settings, capsys, "--file", query)
     assert code == 0
     assert out.splitlines() == [
-        "hour_start          | sessions | mean_minutes | buying_share | revenue",
-        "--------------------+----------+--------------+--------------+--------",
-        "2026-01-05 10:00:00 |        2 |         22.5 |          0.5 |    12.5",
-        "2026-01-05 11:00:00 |        1 |           30 |            0 |       0",
+        "hour_start          | sessions | mean_minutes | buying_share | revenue | final",
+        "--------------------+----------+--------------+--------------+---------+------",
+        "2026-01-05 10:00:00 |        2 |         22.5 |          0.5 |    12.5 |  True",
+        "2026-01-05 11:00:00 |        1 |           30 |            0 |       0 | False",
         "(2 rows)",
     ]
     code, out, _ = _sql(settings, capsys, "--file", query, "--format", "json")
@@ -88,6 +105,7 @@ def test_sessions_per_hour_as_a_table_and_as_json_lines(gold, settings, capsys):
             "mean_minutes": 22.5,
             "buying_share": 0.5,
             "revenue": 12.5,
+            "final": True,
         },
         {
             "hour_start": "2026-01-05T11:00:00",
@@ -95,6 +113,7 @@ def test_sessions_per_hour_as_a_table_and_as_json_lines(gold, settings, capsys):
             "mean_minutes": 30.0,
             "buying_share": 0.0,
             "revenue": 0.0,
+            "final": False,
         },
     ]
 
@@ -172,15 +191,15 @@ def test_serve_sql_answers_beeline_over_jdbc(gold, settings, tmp_path):
             "2026-01-05 10:00:00.0,2,4,1,0.25,1",
             "2026-01-05 10:00:00.0,5,8,2,0.25,2",
             "2026-01-05 10:00:00.0,1,10,2,0.2,3",
-            "2026-01-05 11:00:00.0,1,3,1,0.3333,1",
         ]
         assert _beeline(url, QUERIES / "sessions_per_hour.sql") == [
-            "hour_start,sessions,mean_minutes,buying_share,revenue",
-            "2026-01-05 10:00:00.0,2,22.5,0.5,12.5",
-            "2026-01-05 11:00:00.0,1,30.0,0.0,0.0",
+            "hour_start,sessions,mean_minutes,buying_share,revenue,final",
+            "2026-01-05 10:00:00.0,2,22.5,0.5,12.5,true",
+            "2026-01-05 11:00:00.0,1,30.0,0.0,0.0,false",
         ]
     finally:
         server.terminate()
         assert server.wait(timeout=60) == 0
         log.close()
-    assert "serving 2 tables" in (tmp_path / "server.log").read_text()
+    # 3 tables, and the views of the two gold tables' final rows
+    assert "serving 5 tables and views" in (tmp_path / "server.log").read_text()

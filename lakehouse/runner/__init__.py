@@ -16,7 +16,13 @@ module holds one job:
 """
 
 from lakehouse.runner.books import FlowReport
-from lakehouse.runner.declarations import PIPELINE, declared_layers, declared_tables, layer_flows
+from lakehouse.runner.declarations import (
+    PIPELINE,
+    completeness_columns,
+    declared_layers,
+    declared_tables,
+    layer_flows,
+)
 from lakehouse.runner.errors import FlowFailed, MissingInput, RunStopped, UnknownLayer
 from lakehouse.runner.queries import flow_frame, read_input, start_flow
 from lakehouse.runner.recount import recount_unrecorded
@@ -32,6 +38,7 @@ __all__ = [
     "StopRequest",
     "UnknownLayer",
     "declared_layers",
+    "completeness_columns",
     "declared_tables",
     "flow_frame",
     "layer_flows",

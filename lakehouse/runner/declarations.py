@@ -50,3 +50,14 @@ def declared_tables() -> list[str]:
     """Every table the flows of the pipeline write, once each, in pipeline order."""
     tables = [o.table for layer in declared_layers() for f in layer_flows(layer) for o in f.outputs]
     return list(dict.fromkeys(tables))
+
+
+def completeness_columns() -> dict[str, list[tuple[str, str]]]:
+    """Per flow, the (table, column) of each output that declares its complete-through
+    column (``Output.complete_by``)."""
+    return {
+        flow.name: [(o.table, o.complete_by) for o in flow.outputs if o.complete_by]
+        for layer in declared_layers()
+        for flow in layer_flows(layer)
+        if any(o.complete_by for o in flow.outputs)
+    }

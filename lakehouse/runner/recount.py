@@ -14,6 +14,7 @@ from lakehouse import checkpoints
 from lakehouse.flows import Flow
 from lakehouse.monitoring import ProgressRecorder, recorded_batches
 from lakehouse.runner.books import RECOUNT, drops, first_line
+from lakehouse.runner.declarations import completeness_columns
 from lakehouse.runner.errors import FlowFailed
 from lakehouse.runner.queries import flow_frame
 from lakehouse.runner.stopping import POLL_S, StopRequest
@@ -76,7 +77,7 @@ def recount_unrecorded(
             file=out,
             flush=True,
         )
-    recorder = ProgressRecorder(settings)
+    recorder = ProgressRecorder(settings, completeness_columns())
     done = []
     for batch in lost[-MAX_RECOUNT:]:
         if stop is not None and stop.requested:

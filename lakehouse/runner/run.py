@@ -15,7 +15,7 @@ from lakehouse.flows import Flow
 from lakehouse.locks import flow_locks
 from lakehouse.monitoring import ProgressRecorder
 from lakehouse.runner.books import RunBook, first_line, flow_reports, progress_listener
-from lakehouse.runner.declarations import PIPELINE, layer_flows
+from lakehouse.runner.declarations import PIPELINE, completeness_columns, layer_flows
 from lakehouse.runner.errors import FlowFailed, RunStopped
 from lakehouse.runner.queries import start_flow
 from lakehouse.runner.recount import recorded_batches_of, recount_unrecorded
@@ -139,7 +139,9 @@ class _Run:
         self.out = out
         self.stop = stop
         self.store = table_store(spark, settings)
-        self.listener = progress_listener(spark, out, ProgressRecorder(settings))
+        self.listener = progress_listener(
+            spark, out, ProgressRecorder(settings, completeness_columns())
+        )
         self.queries = _Queries(spark, self.store, settings, flows, out)
         self.book = RunBook(settings)
         self.started = time.monotonic()
