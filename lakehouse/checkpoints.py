@@ -91,6 +91,17 @@ def is_no_data_batch(checkpoint: Path, batch: int) -> bool | None:
         return False
 
 
+def late_watermark_ms(checkpoint: Path, batch: int) -> int:
+    """The watermark micro-batch ``batch`` drops late rows against: the one in force for the
+    batch before it (Spark plans a batch with the previous batch's offset metadata for late
+    rows, and with its own for eviction), 0 for the first batch or when that entry is gone."""
+    try:
+        lines = (checkpoint / "offsets" / str(batch - 1)).read_text().split("\n")
+    except FileNotFoundError:
+        return 0
+    return int(json.loads(lines[1]).get("batchWatermarkMs") or 0) if batch > 0 else 0
+
+
 def copy_with_batch_pending(checkpoint: Path, batch: int, target: Path) -> None:
     """Copy ``checkpoint`` to ``target`` and drop the copy's log from ``batch`` on: its offsets
     after ``batch`` and its commits from ``batch`` on. A query started on the copy then runs

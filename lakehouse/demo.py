@@ -151,6 +151,9 @@ def _silver_books(store) -> bool:
                 f"{op['duplicates']:,} duplicates dropped, {op['late']:,} late rows dropped, "
                 f"peak state {op['peak_state']:,} rows"
             )
+        if store.exists("silver.late_events"):
+            late = store.read("silver.late_events").where(F.col("flow") == flow).count()
+            print(f"    late rows kept in silver.late_events: {late:,}")
         for row in (
             quarantined.select(F.explode("rules").alias("rule"))
             .groupBy("rule")

@@ -561,6 +561,124 @@ def compare(
     return check
 
 
+# ---- the books of silver.events, row by row -------------------------------------------------
+
+
+def _keys(frame: pd.DataFrame, id_column: str) -> Counter:
+    """The rows of a table as (id, landing file or record) keys, counted: a bronze row's
+    identity (resent copies share their id, and may share their file)."""
+    if not len(frame):
+        return Counter()
+    ids = frame[id_column].astype(str).str.strip(" ")
+    return Counter(zip(ids, frame["_source_file"], strict=True))
+
+
+def _record_keys(frame: pd.DataFrame, by: str, flow: str, id_field: str) -> Counter:
+    """The keys of the rows of ``flow`` in a table holding them as JSON (``record``)."""
+    if not len(frame):
+        return Counter()
+    mine = frame[frame[by] == flow]
+    ids = [str(json.loads(r).get(id_field)).strip(" ") for r in mine["record"]]
+    return Counter(zip(ids, mine["_source_file"], strict=True))
+
+
+@dataclass
+class RowBooks:
+    """Where each bronze row went: counts per place, and the rows in no place or in two."""
+
+    bronze: int
+    kept: int
+    quarantined: int
+    late: int
+    duplicates: int
+    lost: list[tuple]  # bronze rows in no place, and not a copy of a kept row
+    twice: list[tuple]  # rows in more places than bronze has copies of them (or none)
+    counted: Drops  # what the stateful operators counted
+
+    @property
+    def ok(self) -> bool:
+        return (
+            not self.lost
+            and not self.twice
+            and (self.duplicates, self.late) == (self.counted.duplicates, self.counted.late)
+        )
+
+    def lines(self) -> list[str]:
+        out = [
+            f"{self.bronze:,} bronze rows = {self.kept:,} kept + {self.quarantined:,} "
+            f"quarantined + {self.late:,} late (silver.late_events) + {self.duplicates:,} "
+            "duplicates of kept rows, row by row"
+            + ("" if not (self.lost or self.twice) else ": DOES NOT BALANCE")
+        ]
+        if (self.duplicates, self.late) != (self.counted.duplicates, self.counted.late):
+            out.append(
+                f"the stateful operator counted {self.counted.duplicates:,} duplicates and "
+                f"{self.counted.late:,} late rows: DIFFERENT"
+            )
+        for what, rows in (("in no place", self.lost), ("in two places", self.twice)):
+            if rows:
+                examples = ", ".join(str(r) for r in rows[:EXAMPLES])
+                out.append(f"{len(rows):,} bronze row(s) {what}, e.g. {examples}")
+        return out
+
+
+def row_books(
+    bronze: Counter, kept: Counter, quarantined: Counter, late: Counter, counted: Drops
+) -> RowBooks:
+    """Balance bronze rows (by :func:`_keys`) against the silver places they can be in."""
+    placed = kept + quarantined + late
+    twice = list((placed - bronze).elements())
+    rest = bronze - placed
+    kept_ids = {key[0] for key in kept}
+    lost = [key for key in rest.elements() if key[0] not in kept_ids]
+    return RowBooks(
+        bronze=sum(bronze.values()),
+        kept=sum(kept.values()),
+        quarantined=sum(quarantined.values()),
+        late=sum(late.values()),
+        duplicates=sum(rest.values()) - len(lost),
+        lost=lost,
+        twice=twice,
+        counted=counted,
+    )
+
+
+def late_events_check(
+    settings: Settings, bronze: dict[str, pd.DataFrame], books_mode: bool
+) -> Check:
+    """silver.late_events: none without late input; with it, each row is a bronze row of its
+    flow's input, and each flow holds as many as its stateful operators dropped as late."""
+    found = _found(settings, "silver.late_events")
+    check = compare(
+        "silver.late_events",
+        pd.DataFrame(columns=["flow", "input", "record"]),
+        found,
+        ["flow", "input", "record"],
+        ["flow", "input", "record"],
+    )
+    for flow, inputs in (
+        ("silver.events", ("events",)),
+        ("silver.ad_attribution", ("impressions", "clicks")),
+    ):
+        rows = found[found["flow"] == flow] if len(found) else found
+        unknown = 0
+        for source in inputs:
+            known = _keys(bronze[source], ID[source])
+            mine = _record_keys(rows, "input", f"bronze.{source}", ID[source])
+            unknown += sum((mine - known).values())
+        counted = _drops(settings, flow).late
+        check.books_ok = check.books_ok and unknown == 0 and len(rows) == counted
+        check.books.append(
+            f"{len(rows):,} rows of {flow}, {counted:,} dropped as late by its operators"
+            + ("" if len(rows) == counted else ": DIFFERENT")
+            + (f"; {unknown:,} not in bronze" if unknown else "")
+        )
+    if books_mode:
+        check.note = "books (late data)"
+        check.unexpected = []
+    return check
+
+
 # ---- the whole lake -------------------------------------------------------------------------
 
 
@@ -653,21 +771,22 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
     event_columns = list(FIELDS["events"])
     found_events = _found(settings, "silver.events")
     check = compare("silver.events", silver_events, found_events, event_columns, ["event_id"])
-    # every bronze row is kept, quarantined, or a dropped duplicate or late row, as the
-    # stateful operator counted it in ops.stream_progress (invariant 1), with or without late data
+    # every bronze row is in exactly one of silver.events, silver.quarantine and
+    # silver.late_events, or is a duplicate of a row silver.events kept; the duplicates and
+    # late rows are those the stateful operator counted in ops.stream_progress (invariant 1),
+    # with or without late data
     drops = _drops(settings, "silver.events")
     found_quarantine = _found(settings, "silver.quarantine")
-    quarantined = (
-        int((found_quarantine["table"] == "silver.events").sum()) if len(found_quarantine) else 0
+    found_late = _found(settings, "silver.late_events")
+    books = row_books(
+        _keys(_found(settings, "bronze.events"), "event_id"),
+        _keys(found_events, "event_id"),
+        _record_keys(found_quarantine, "table", "silver.events", "event_id"),
+        _record_keys(found_late, "flow", "silver.events", "event_id"),
+        drops,
     )
-    inputs = len(_found(settings, "bronze.events"))
-    accounted = len(found_events) + quarantined + drops.duplicates + drops.late
-    check.books_ok = accounted == inputs
-    check.books.append(
-        f"{inputs:,} bronze rows = {len(found_events):,} kept + {quarantined:,} quarantined"
-        f" + {drops.duplicates:,} duplicates + {drops.late:,} late"
-        + ("" if accounted == inputs else f": OFF BY {inputs - accounted:,}")
-    )
+    check.books_ok = books.ok
+    check.books.extend(books.lines())
     if books_mode:
         # rows behind the watermark are dropped as micro-batches fall: none may be invented
         check.books_ok = check.books_ok and len(check.missing) <= drops.late
@@ -756,6 +875,8 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
             "silver.quarantine", expected_q, found_q, ["table", "key", "rules"], ["table", "key"]
         )
     )
+
+    checks.append(late_events_check(settings, bronze, books_mode))
 
     # gold: over the reference silver, or over the silver found when late rows were dropped
     if books_mode:

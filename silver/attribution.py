@@ -24,7 +24,7 @@ from lakehouse.quality import (
     flag,
     load_rules,
 )
-from silver import quarantine
+from silver import late, quarantine
 from silver.quarantine import CHECKED, ROUTE, SIDE, to_quarantine
 
 TABLE = "silver.ad_attribution"
@@ -122,6 +122,19 @@ def attribution_rows(routed: DataFrame) -> DataFrame:
     return routed.where(F.col(ROUTE) == TABLE).select(*COLUMNS)
 
 
+def late_rows(routed: DataFrame) -> DataFrame:
+    """The rows either side's deduplication dropped as late (the sides share the query's
+    watermark: the lower of the two)."""
+    return late.late_rows(
+        routed,
+        TABLE,
+        {
+            "impressions": ("bronze.impressions", "impression_time", IMPRESSION_COLUMNS),
+            "clicks": ("bronze.clicks", "click_time", CLICK_COLUMNS),
+        },
+    )
+
+
 def _check(batch: DataFrame, batch_id: int):
     """The fail rules on each side's kept rows, the results on each side's input rows in the
     batch, kept or quarantined."""
@@ -144,6 +157,7 @@ FLOW = Flow(
     outputs=(
         Output(TABLE, attribution_rows, SCHEMA, event_time="impression_time"),
         Output(quarantine.TABLE, quarantine.quarantine_rows, quarantine.SCHEMA),
+        Output(late.TABLE, late_rows, late.SCHEMA),
     ),
     before_write=_check,
 )

@@ -3,7 +3,8 @@ and deduplicated by ``event_id`` within the watermark.
 
 One streaming query: rows breaking a ``drop`` rule leave before the watermark sees them (to
 silver.quarantine); the rest go through ``withWatermark`` and ``dropDuplicatesWithinWatermark``
-to silver.events. Both branches come out of the same query as one stream marked by ``_route``.
+to silver.events, and those it drops as late to silver.late_events. The branches come out of
+the same query as one stream marked by ``_route``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from lakehouse.quality import (
     flag,
     load_rules,
 )
-from silver import quarantine
+from silver import late, quarantine
 from silver.quarantine import ROUTE, to_quarantine
 
 # package data, read through importlib so that it also loads from a zip (spark-submit --py-files)
@@ -67,8 +68,10 @@ def silver_events(
         .withWatermark("event_time", watermark)
         .dropDuplicatesWithinWatermark(["event_id"])
     )
+    # every input row once more, outside the watermark: the bad ones to quarantine, the others
+    # kept in the micro-batch to be validated and, when late, written to silver.late_events
     return kept.withColumn(ROUTE, F.lit(TABLE)).unionByName(
-        to_quarantine(flagged.where(bad), TABLE), allowMissingColumns=True
+        to_quarantine(flagged, TABLE, bad), allowMissingColumns=True
     )
 
 
@@ -77,10 +80,14 @@ def events_rows(routed: DataFrame) -> DataFrame:
 
 
 def _check(batch: DataFrame, batch_id: int):
-    """The fail rules on the kept rows, the results on every row, kept or quarantined."""
-    return check_batch(
-        [(batch.where(F.col(ROUTE) == TABLE), batch.select(*COLUMNS), rules())], TABLE, batch_id
-    )
+    """The fail rules on the kept rows, the results on every input row (kept, quarantined,
+    duplicate or late)."""
+    rows = batch.where(F.col(ROUTE) != TABLE).select(*COLUMNS)
+    return check_batch([(batch.where(F.col(ROUTE) == TABLE), rows, rules())], TABLE, batch_id)
+
+
+def late_rows(routed: DataFrame) -> DataFrame:
+    return late.late_rows(routed, TABLE, {None: ("bronze.events", "event_time", COLUMNS[:-1])})
 
 
 FLOW = Flow(
@@ -92,6 +99,7 @@ FLOW = Flow(
     outputs=(
         Output(TABLE, events_rows, SCHEMA, event_time="event_time"),
         Output(quarantine.TABLE, quarantine.quarantine_rows, quarantine.SCHEMA),
+        Output(late.TABLE, late_rows, late.SCHEMA),
     ),
     before_write=_check,
 )

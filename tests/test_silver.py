@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import io
+import json
 import subprocess
 import sys
 from functools import partial
@@ -114,6 +115,19 @@ def test_duplicates_within_the_watermark_are_dropped_and_state_expires(spark, se
     last = max(progress, key=lambda r: r.batch_id)
     assert last.watermark == dt.datetime(2026, 1, 5, 10, 15)  # 10:25 minus 10 minutes
     assert sum(r.input_rows for r in progress) == 2 * 9  # both branches read each row
+    # the late row is kept in silver.late_events, with the batch and watermark that dropped it
+    (late,) = store.read("silver.late_events").collect()
+    assert (late.flow, late.input, json.loads(late.record)["event_id"]) == (
+        "silver.events",
+        "bronze.events",
+        "e1",
+    )
+    assert (late.event_time, late.batch_id, late.watermark) == (
+        dt.datetime(2026, 1, 5, 10, 0),
+        4,
+        dt.datetime(2026, 1, 5, 10, 15),
+    )
+    assert late._source_file == "file:/landing/events/x.json"
 
 
 def test_a_batch_committed_but_not_recorded_is_recounted_at_the_next_start(spark, settings, store):

@@ -3,9 +3,12 @@ generator corruption) and the comparison that reports missing, unexpected and di
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pandas as pd
 
-from lakehouse.verify import compare, parse_line
+from lakehouse.monitoring import Drops
+from lakehouse.verify import compare, parse_line, row_books
 
 GOOD = (
     '{"event_id":"e1","user_id":7,"event_type":"purchase","page":"/checkout",'
@@ -65,3 +68,36 @@ def test_compare_reports_missing_unexpected_and_differing_rows():
     assert check.differing == [((2, 2.0), (2, 2.5))]
     assert not check.ok
     assert compare("t", expected, expected.iloc[::-1], ["k", "v"], ["k"]).ok
+
+
+def test_row_books_find_each_bronze_row_one_place():
+    """e1 kept, its resent copy (f2) a duplicate; e2 quarantined; e3 late; e4 in no place (its
+    id was never kept, so not a duplicate); e5 both kept and late: in two places."""
+    bronze = Counter({("e1", "f1"): 1, ("e1", "f2"): 1, ("e2", "f1"): 1, ("e3", "f1"): 1})
+    bronze += Counter({("e4", "f2"): 1, ("e5", "f2"): 1})
+    kept = Counter({("e1", "f1"): 1, ("e5", "f2"): 1})
+    books = row_books(
+        bronze,
+        kept,
+        Counter({("e2", "f1"): 1}),
+        Counter({("e3", "f1"): 1, ("e5", "f2"): 1}),
+        Drops(late=2, duplicates=1),
+    )
+    assert (books.bronze, books.kept, books.quarantined, books.late) == (6, 2, 1, 2)
+    assert (books.duplicates, books.lost, books.twice) == (1, [("e4", "f2")], [("e5", "f2")])
+    assert not books.ok
+    assert books.lines() == [
+        "6 bronze rows = 2 kept + 1 quarantined + 2 late (silver.late_events) + 1 duplicates of "
+        "kept rows, row by row: DOES NOT BALANCE",
+        "1 bronze row(s) in no place, e.g. ('e4', 'f2')",
+        "1 bronze row(s) in two places, e.g. ('e5', 'f2')",
+    ]
+    # the same lake without e4 and e5's late row balances, but not against other counts
+    bronze -= Counter({("e4", "f2"): 1})
+    late = Counter({("e3", "f1"): 1})
+    assert row_books(bronze, kept, Counter({("e2", "f1"): 1}), late, Drops(1, 1)).ok
+    off = row_books(bronze, kept, Counter({("e2", "f1"): 1}), late, Drops(late=2, duplicates=1))
+    assert not off.ok
+    assert off.lines()[1] == (
+        "the stateful operator counted 1 duplicates and 2 late rows: DIFFERENT"
+    )

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 OUTPUT_MODES = ("append", "complete", "update")
+# columns write_stream_routed adds to a micro-batch: its id, and the watermark its stateful
+# operators drop late rows against
+BATCH_ID = "_batch_id"
+LATE_BEFORE = "_late_before"
 
 
 class Route(NamedTuple):
@@ -193,11 +197,17 @@ class TableStore(ABC):
     ) -> StreamingQuery:
         """Start a streaming query appending each micro-batch to several tables: table ``name``
         gets ``rows(batch)`` (partitioned by the route's columns, in files in the order of its
-        event-time column). Each table records the batch in its own app transaction, so after
+        event-time column). The batch holds two more columns for them: :data:`BATCH_ID`, and
+        :data:`LATE_BEFORE`, the watermark its stateful operators drop late rows against (a
+        row at or before it is late). Each table records the batch in its own app transaction, so after
         a crash between two tables the replayed batch only writes the tables that missed it.
         ``before_write(batch, batch_id)`` runs first (it may raise to stop the query) and may
         return more rows to append to other tables ({table: rows, or a future of them}),
         written the same way after the routes."""
+        from pyspark.sql import functions as F
+
+        from lakehouse import checkpoints
+
         routes = [Route(*route) for route in routes]
         for route in routes:
             split_table_name(route.table)
@@ -208,6 +218,14 @@ class TableStore(ABC):
         def write_batch(batch: DataFrame, batch_id: int) -> None:
             if not app_ids:
                 app_ids.append(dfiles.app_id_for_checkpoint(checkpoint))
+            # the batch's place, for routes that need it (the late rows of silver.late_events)
+            late_ms = checkpoints.late_watermark_ms(Path(checkpoint), batch_id)
+            batch = batch.withColumns(
+                {
+                    BATCH_ID: F.lit(batch_id).cast("long"),
+                    LATE_BEFORE: F.timestamp_millis(F.lit(late_ms).cast("long")),
+                }
+            )
             batch = batch.persist()  # each table's rows come from one evaluation of the batch
             side = {}
             clock = _Clock()
@@ -220,7 +238,7 @@ class TableStore(ABC):
                 side = (before_write(batch, batch_id) if before_write else None) or {}
                 clock.lap("before_write")
                 for name, rows, partition_by, event_time, merge in routes:
-                    out = rows(batch)
+                    out = rows(batch).drop(BATCH_ID, LATE_BEFORE)  # (a route of every column)
                     if merge is not None:
                         self.upsert(out, name, merge.keys, app_ids[0], batch_id, merge.updates)
                         failpoint(f"after-write:{name}")
