@@ -272,7 +272,12 @@ def _flow(source: str) -> Flow:
                 table_schema(source),
                 event_time=EVENT_TIME[source],
             ),
-            Output(QUARANTINE_TABLE, partial(quarantine_rows, source=source), QUARANTINE_SCHEMA),
+            Output(
+                QUARANTINE_TABLE,
+                partial(quarantine_rows, source=source),
+                QUARANTINE_SCHEMA,
+                shared_by=("source", source),
+            ),
         ),
     )
 

@@ -13,6 +13,25 @@ import json
 import shutil
 from pathlib import Path
 
+from lakehouse.errors import LakehouseError
+
+
+class CheckpointError(LakehouseError, ValueError):
+    """A checkpoint file that cannot be read: the checkpoint is broken."""
+
+
+def _json(path: Path, line: int) -> dict:
+    """Line ``line`` of a checkpoint log file as JSON; one clear line when it is not."""
+    try:
+        return json.loads(path.read_text().split("\n")[line])
+    except (IndexError, ValueError, UnicodeDecodeError) as exc:
+        flow = path.parent.parent
+        raise CheckpointError(
+            f"the checkpoint of {flow.parent.name}.{flow.name} is broken: {path} is not a "
+            f"log entry Spark wrote ({type(exc).__name__}); rebuild the flow's tables on a new "
+            "checkpoint with `lakehouse run --full-refresh <one of its tables>`"
+        ) from None
+
 
 def query_id(checkpoint: Path) -> str | None:
     """The id of the query that runs on ``checkpoint``; None before its first start."""
@@ -95,11 +114,10 @@ def late_watermark_ms(checkpoint: Path, batch: int) -> int:
     """The watermark micro-batch ``batch`` drops late rows against: the one in force for the
     batch before it (Spark plans a batch with the previous batch's offset metadata for late
     rows, and with its own for eviction), 0 for the first batch or when that entry is gone."""
-    try:
-        lines = (checkpoint / "offsets" / str(batch - 1)).read_text().split("\n")
-    except FileNotFoundError:
+    before = checkpoint / "offsets" / str(batch - 1)
+    if batch <= 0 or not before.is_file():
         return 0
-    return int(json.loads(lines[1]).get("batchWatermarkMs") or 0) if batch > 0 else 0
+    return int(_json(before, 1).get("batchWatermarkMs") or 0)
 
 
 def copy_with_batch_pending(checkpoint: Path, batch: int, target: Path) -> None:
@@ -140,7 +158,7 @@ def plan_lost_no_data_batch(checkpoint: Path, now_ms: int) -> int | None:
         return None  # Spark runs the planned batch again itself
     committed = _log_entry(commit)
     lines = (checkpoint / "offsets" / str(last)).read_text().split("\n")
-    metadata = json.loads(lines[1])
+    metadata = _json(checkpoint / "offsets" / str(last), 1)
     watermark = int(committed.get("nextBatchWatermarkMs") or 0)
     if watermark <= int(metadata.get("batchWatermarkMs") or 0):
         return None
@@ -159,4 +177,4 @@ def plan_lost_no_data_batch(checkpoint: Path, now_ms: int) -> int | None:
 def _log_entry(path: Path) -> dict:
     """The JSON of a commit log entry (``v1`` then one JSON line)."""
     lines = path.read_text().split("\n")
-    return json.loads(lines[1]) if len(lines) > 1 and lines[1].strip() else {}
+    return _json(path, 1) if len(lines) > 1 and lines[1].strip() else {}

@@ -13,6 +13,10 @@ from lakehouse.session import spark_session
 from lakehouse.settings import Settings, SettingsError, load_settings
 
 
+class UsageError(LakehouseError, ValueError):
+    """Command-line arguments that do not go together."""
+
+
 def common_parser() -> argparse.ArgumentParser:
     """Flags every command takes: where the lake is and which settings apply."""
     parser = argparse.ArgumentParser(add_help=False)
@@ -181,6 +185,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.max_files_per_trigger is not None:
         extra["trigger.max_files_per_trigger"] = args.max_files_per_trigger
     settings = settings_from_args(args, extra)
+    if args.full_refresh or args.full_refresh_all:
+        return _full_refresh(args, settings)
+    if args.layer is None:
+        raise UsageError("give --layer (bronze, silver, gold or all), or --full-refresh TABLE")
     layers = declared_layers() if args.layer == "all" else [args.layer]
     for layer in layers:
         layer_flows(layer)  # an unknown layer fails before Spark starts
@@ -193,14 +201,43 @@ def cmd_run(args: argparse.Namespace) -> int:
             reports = run_layers(spark, settings, layers, stop=stop)
         except RunStopped as exc:  # a signal is how continuous mode ends, not available-now
             reports, stopped = exc.reports, exc
+    _print_reports(reports)
+    if stopped:  # not done: a scheduler must not take the next step
+        print(f"error: {stopped}; the next run goes on from the checkpoints", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _print_reports(reports) -> None:
     for r in reports:
         print(
             f"{r.flow:28} {r.batches:>5} micro-batches {r.input_rows:>12,} input rows"
             f" {r.duplicates:>9,} duplicates dropped {r.late_rows:>7,} late rows dropped"
         )
-    if stopped:  # not done: a scheduler must not take the next step
-        print(f"error: {stopped}; the next run goes on from the checkpoints", file=sys.stderr)
-        return 130
+
+
+def _full_refresh(args: argparse.Namespace, settings) -> int:
+    """``lakehouse run --full-refresh TABLE`` / ``--layer L --full-refresh-all``."""
+    from lakehouse.refresh import flows_writing, refresh
+    from lakehouse.runner import declared_layers, layer_flows
+    from lakehouse.settings import split_table_name
+
+    if args.full_refresh and args.full_refresh_all:
+        raise UsageError("give --full-refresh TABLE or --full-refresh-all, not both")
+    if args.full_refresh_all:
+        if args.layer is None:
+            raise UsageError("--full-refresh-all rebuilds the tables of --layer: give it")
+        layers = declared_layers() if args.layer == "all" else [args.layer]
+        groups = [list(layer_flows(layer)) for layer in layers]
+    else:
+        for table in args.full_refresh:
+            split_table_name(table)  # a malformed name fails before Spark starts
+        groups = [flows_writing(args.full_refresh)]
+    with spark_session(settings, "lakehouse-refresh") as spark:
+        reports = []
+        for flows in groups:  # layer by layer: a layer reads what the one before rebuilt
+            reports += refresh(spark, settings, flows, out=sys.stdout)
+    _print_reports(reports)
     return 0
 
 
@@ -477,7 +514,19 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="run the streaming flows of a layer (or of all layers, in order)",
     )
-    p.add_argument("--layer", required=True, choices=["bronze", "silver", "gold", "all"])
+    p.add_argument("--layer", choices=["bronze", "silver", "gold", "all"])
+    p.add_argument(
+        "--full-refresh",
+        action="append",
+        metavar="TABLE",
+        help="rebuild this table (layer.table; repeatable) from its flow's inputs on a new "
+        "checkpoint, switching it in one commit when done, instead of running the flows",
+    )
+    p.add_argument(
+        "--full-refresh-all",
+        action="store_true",
+        help="rebuild every table of --layer that way",
+    )
     p.add_argument(
         "--trigger",
         choices=["available-now", "continuous"],

@@ -108,6 +108,9 @@ class Output:
     reference: Reference | None = None
     # MERGEd instead of appended (only beside other outputs of an append-mode flow)
     upsert: Upsert | None = None
+    # in a table several flows write, the rows of this flow: (column, value); a full refresh
+    # of the flow replaces only those
+    shared_by: tuple[str, str] | None = None
     # the event-time column of a gold table's rows that its flow's watermark closes (a
     # window's or session's end): rows before the flow's watermark are final, and
     # ops.completeness records that mark (see lakehouse.monitoring)

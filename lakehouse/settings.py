@@ -212,6 +212,9 @@ class Settings:
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     # Free-form Spark configuration passed through unchanged (key -> value).
     spark_conf: dict[str, str] = field(default_factory=dict)
+    # Tables (layer.table) and checkpoints (layer.flow) somewhere else than their place under
+    # root: the staging run of `lakehouse run --full-refresh` (lakehouse.refresh) sets them.
+    relocated: dict[str, str] = field(default_factory=dict)
 
     # ---- lake layout -------------------------------------------------------------------
     def landing_path(self, source: str | None = None) -> Path:
@@ -221,6 +224,8 @@ class Settings:
     def table_path(self, name: str) -> Path:
         """Location of table ``layer.table``, e.g. ``gold.sessions`` -> ``tables/gold/sessions``."""
         layer, table = split_table_name(name)
+        if name in self.relocated:
+            return Path(self.relocated[name])
         return self.root / "tables" / layer / table
 
     def topic(self, source: str) -> str:
@@ -230,6 +235,8 @@ class Settings:
     def checkpoint_path(self, layer: str, flow: str) -> Path:
         if layer not in LAYERS:
             raise SettingsError(f"unknown layer {layer!r}; allowed: {', '.join(LAYERS)}")
+        if f"{layer}.{flow}" in self.relocated:
+            return Path(self.relocated[f"{layer}.{flow}"])
         return self.root / "checkpoints" / layer / _checked_name("flow", flow)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Settings:

@@ -156,8 +156,13 @@ FLOW = Flow(
     },
     outputs=(
         Output(TABLE, attribution_rows, SCHEMA, event_time="impression_time"),
-        Output(quarantine.TABLE, quarantine.quarantine_rows, quarantine.SCHEMA),
-        Output(late.TABLE, late_rows, late.SCHEMA),
+        Output(
+            quarantine.TABLE,
+            quarantine.quarantine_rows,
+            quarantine.SCHEMA,
+            shared_by=("table", TABLE),
+        ),
+        Output(late.TABLE, late_rows, late.SCHEMA, shared_by=("flow", TABLE)),
     ),
     before_write=_check,
 )

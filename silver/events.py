@@ -98,8 +98,13 @@ FLOW = Flow(
     params=lambda settings: {"watermark": settings.watermarks.events},
     outputs=(
         Output(TABLE, events_rows, SCHEMA, event_time="event_time"),
-        Output(quarantine.TABLE, quarantine.quarantine_rows, quarantine.SCHEMA),
-        Output(late.TABLE, late_rows, late.SCHEMA),
+        Output(
+            quarantine.TABLE,
+            quarantine.quarantine_rows,
+            quarantine.SCHEMA,
+            shared_by=("table", TABLE),
+        ),
+        Output(late.TABLE, late_rows, late.SCHEMA, shared_by=("flow", TABLE)),
     ),
     before_write=_check,
 )

@@ -173,7 +173,12 @@ def first_line(exc: BaseException) -> str:
         return type(exc).__name__
     lines = text.splitlines()
     if "Traceback (most recent call last)" in text:
-        raised = [line.strip() for line in lines if _RAISED.match(line.strip())]
+        # (Spark ends a Python data source's error with a line of its own, " SQLSTATE: 38000")
+        raised = [
+            line.strip()
+            for line in lines
+            if _RAISED.match(line.strip()) and not line.strip().startswith("SQLSTATE:")
+        ]
         if raised:
             return raised[-1]
     return lines[0]

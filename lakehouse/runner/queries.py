@@ -114,7 +114,14 @@ def flow_frame(
 def start_flow(
     spark: SparkSession, store: TableStore, settings: Settings, flow: Flow
 ) -> StreamingQuery:
-    """Create the flow's output tables and start its streaming query."""
+    """Finish a full refresh of the flow killed while it switched its tables, create the
+    flow's output tables and start its streaming query."""
+    import sys
+
+    from lakehouse.refresh import finish_pending
+
+    if finish_pending(spark, store, settings, flow, sys.stdout):
+        log.info("flow %s: finished the switch of a full refresh killed before its end", flow.name)
     for output in flow.outputs:
         if output.schema is not None:
             store.create(output.table, output.schema, output.partition_by)

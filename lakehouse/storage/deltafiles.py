@@ -103,6 +103,8 @@ def check_schema(table_name: str, table: pa.Schema, incoming: pa.Schema) -> None
         raise SchemaMismatch(
             f"cannot write to {table_name}: the data does not match the table's schema: "
             + "; ".join(problems)
+            + " (when the flow's columns changed, after an upgrade, rebuild the table with "
+            "`lakehouse run --full-refresh <table>`)"
         )
 
 

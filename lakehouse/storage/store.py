@@ -107,6 +107,24 @@ class TableStore(ABC):
         """Hook: tell the source or sink which table it handles (for its error messages)."""
         return reader_or_writer
 
+    def read_path(self, path: str | Path, name: str = "staging") -> DataFrame:
+        """The Delta table at ``path`` (not a table of the lake: a full refresh's staging)."""
+        return self._named(self.spark.read.format(self.format), name).load(str(path))
+
+    def replace(
+        self,
+        df: DataFrame,
+        name: str,
+        partition_by: Sequence[str] = (),
+        txn: tuple[str, int] | None = None,
+    ) -> None:
+        """Overwrite table ``name`` with ``df`` in one commit, its schema too (a full
+        refresh's switch); skipped, as a write, when the table records ``txn`` already."""
+        self.write(df, name, mode="overwrite", partition_by=partition_by, txn=txn, schema=True)
+
+    def register_again(self, name: str) -> None:  # noqa: B027
+        """Hook: point the session catalog's ``name`` at the table's place again."""
+
     # -- writing --
     def write(
         self,
@@ -116,14 +134,18 @@ class TableStore(ABC):
         partition_by: Sequence[str] = (),
         txn: tuple[str, int] | None = None,
         order_by: str | None = None,
+        schema: bool = False,
     ) -> None:
         """Batch write. ``txn`` = (app id, version) makes the write idempotent: it is skipped
         when the table already records that version for that app (a replayed micro-batch).
         ``order_by`` (an event-time column) lists the new files in its order in the commit,
         with modification times in that order too (a micro-batch's append; the base writer
-        cannot, and writes files as Spark partitions them)."""
+        cannot, and writes files as Spark partitions them). ``schema``: an overwrite replaces
+        the table's schema too."""
         _check_write_mode(mode)
         writer = self._named(df.write.format(self.format), name).mode(mode)
+        if schema:
+            writer = writer.option("overwriteSchema", "true")
         if partition_by:
             writer = self._partitioned(writer, partition_by)
         if txn:
@@ -314,6 +336,7 @@ class EmbeddedStore(TableStore):
         partition_by: Sequence[str] = (),
         txn: tuple[str, int] | None = None,
         order_by: str | None = None,
+        schema: bool = False,
     ) -> None:
         """Spark's Parquet writer writes the files, delta-rs commits them (see sparkfiles)."""
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -477,6 +500,7 @@ class NativeStore(TableStore):
         partition_by: Sequence[str] = (),
         txn: tuple[str, int] | None = None,
         order_by: str | None = None,
+        schema: bool = False,
     ) -> None:
         """delta-spark's writer; a schema that does not fit the table is refused in one line
         naming the columns, as on the embedded backend."""
@@ -488,7 +512,11 @@ class NativeStore(TableStore):
             self._check_schema(df, name, self._transaction(name))
         failpoint(f"before-commit:{name}")  # delta-spark writes and commits in one call
         with _SESSION_TXN_CONFS:  # it reads the app transaction confs an upsert may have set
-            super().write(df, name, mode, partition_by, txn)
+            super().write(df, name, mode, partition_by, txn, schema=schema)
+
+    def register_again(self, name: str) -> None:
+        self._registered.discard(name)
+        self.register(name)
 
     def _append_once(
         self, df: DataFrame, name: str, app_id: str, version: int, order_by: str | None = None

@@ -1,0 +1,217 @@
+"""``lakehouse run --full-refresh TABLE``: rebuild tables from their inputs on a new checkpoint.
+
+The flows that write the tables run once more, from the start of their inputs, on staging
+checkpoints into staging tables (``<root>/refresh/<id>/``), in available-now mode, while
+readers keep reading the tables as they are. Then each table switches in one Delta commit,
+an overwrite with the staging rows (in a table several flows write, such as the quarantine
+tables, only the flow's own rows are replaced: ``Output.shared_by``), and the staging
+checkpoint becomes the flow's checkpoint. A reader sees the old table until that commit, and
+the new one from it; the tables of one flow switch one after the other.
+
+The switch is recorded in ``<root>/refresh/<id>/refresh.json`` before it begins, so a run
+killed in the middle of it finishes it at the next start of one of its flows (or the next
+refresh): each table's overwrite records the refresh as its app transaction, and is skipped
+when done already. While it runs, the refresh holds the lock of every flow that
+writes one of its tables: none of them may append meanwhile.
+
+Tables read from the rebuilt ones keep what they were built from: the refresh names them, to
+be refreshed in turn when they should follow the new rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from lakehouse.errors import LakehouseError
+from lakehouse.flows import Flow, TableInput
+from lakehouse.locks import flow_locks
+from lakehouse.runner.declarations import PIPELINE, layer_flows
+from lakehouse.settings import Settings
+from lakehouse.storage import deltafiles as dfiles
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakehouse.runner.books import FlowReport
+
+log = logging.getLogger(__name__)
+MARKER = "refresh.json"
+
+
+class RefreshError(LakehouseError, ValueError):
+    """A full refresh that cannot be done as asked."""
+
+
+def all_flows() -> list[Flow]:
+    return [flow for layer in PIPELINE for flow in layer_flows(layer)]
+
+
+def flows_writing(tables: Sequence[str]) -> list[Flow]:
+    """The flows that write any of ``tables`` (all of a flow's tables are rebuilt with it)."""
+    every = all_flows()
+    written = {o.table for flow in every for o in flow.outputs}
+    unknown = sorted(set(tables) - written)
+    if unknown:
+        raise RefreshError(
+            f"no flow writes {', '.join(unknown)}: a full refresh rebuilds a table a flow "
+            f"writes, one of {', '.join(sorted(written))}"
+        )
+    return [f for f in every if any(o.table in tables for o in f.outputs)]
+
+
+def downstream(flows: Sequence[Flow]) -> list[str]:
+    """The tables built, directly or not, from what ``flows`` write, but not by them."""
+    every = all_flows()
+    rebuilt = {o.table for f in flows for o in f.outputs}
+    found: list[str] = []
+    frontier = set(rebuilt)
+    while frontier:
+        readers = [
+            f
+            for f in every
+            if any(isinstance(i, TableInput) and i.table in frontier for i in f.inputs)
+        ]
+        frontier = {o.table for f in readers for o in f.outputs} - rebuilt - set(found)
+        found += sorted(frontier)
+    return found
+
+
+def staging_dirs(settings: Settings) -> list[Path]:
+    base = settings.root / "refresh"
+    return sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+
+
+def staged_settings(settings: Settings, base: Path, flows: Sequence[Flow]) -> Settings:
+    """Settings under which ``flows`` write staging tables on staging checkpoints under
+    ``base`` (a table several of them write has one staging table)."""
+    relocated = dict(settings.relocated)
+    for flow in flows:
+        relocated[flow.name] = str(base / "checkpoints" / flow.layer / flow.flow)
+        for output in flow.outputs:
+            layer, table = output.table.split(".")
+            relocated[output.table] = str(base / "tables" / layer / table)
+    return dataclasses.replace(settings, relocated=relocated)
+
+
+def refresh(
+    spark: SparkSession,
+    settings: Settings,
+    flows: Sequence[Flow],
+    *,
+    out: TextIO,
+) -> list[FlowReport]:
+    """Rebuild what ``flows`` write (see the module docstring); their reports."""
+    from lakehouse.runner import run_flows
+    from lakehouse.storage import table_store
+
+    if settings.trigger.mode != "available-now":
+        raise RefreshError(
+            "a full refresh runs once, in available-now mode: run it without --trigger "
+            "continuous, then run the flows continuously"
+        )
+    every = all_flows()
+    tables = {o.table for f in flows for o in f.outputs}
+    sharing = [f for f in every if f not in flows and any(o.table in tables for o in f.outputs)]
+    locked = [(f.name, settings.checkpoint_path(f.layer, f.flow)) for f in [*flows, *sharing]]
+    with flow_locks(locked):
+        store = table_store(spark, settings)
+        for flow in flows:
+            finish_pending(spark, store, settings, flow, out)
+        base = settings.root / "refresh" / str(uuid.uuid4())
+        staged = staged_settings(settings, base, flows)
+        print(
+            f"full refresh of {', '.join(f.name for f in flows)}: rebuilding "
+            f"{', '.join(sorted(tables))} from their inputs on new checkpoints; the tables "
+            "stay as they are for readers until each is switched",
+            file=out,
+        )
+        try:
+            reports = run_flows(spark, staged, flows, out=out)
+        except BaseException:
+            shutil.rmtree(base, ignore_errors=True)  # nothing switched: the old tables stay
+            raise
+        marker = {"id": base.name, "flows": [f.name for f in flows]}
+        (base / MARKER).write_text(json.dumps(marker))
+        _switch(store, settings, base, out)
+    later = downstream(flows)
+    if later:
+        print(
+            "tables built from the rebuilt ones keep what they were built from; refresh them "
+            f"too for them to follow: {', '.join(later)}",
+            file=out,
+        )
+    return reports
+
+
+def finish_pending(spark: SparkSession, store, settings: Settings, flow: Flow, out) -> bool:
+    """Finish the switch of a refresh of ``flow`` that a killed run recorded and did not
+    finish (see :func:`_switch`); True when there was one. A staging run killed before its
+    end left no marker: its folder is removed."""
+    for base in staging_dirs(settings):
+        marker = base / MARKER
+        if not marker.is_file():
+            if (base / "checkpoints" / flow.layer / flow.flow).is_dir():
+                shutil.rmtree(base, ignore_errors=True)
+            continue
+        if flow.name in json.loads(marker.read_text())["flows"]:
+            _switch(store, settings, base, out)
+            return True
+    return False
+
+
+def _switch(store, settings: Settings, base: Path, out) -> None:
+    """Switch a staged refresh in: each table overwritten with its staging rows in one
+    commit (where other flows write it too, their rows kept), recorded as the app
+    transaction of the refresh, so that a switch repeated after a crash skips the tables done
+    already; then each flow's checkpoint replaced by its staging one; then ``base`` removed."""
+    marker = json.loads((base / MARKER).read_text())
+    flows = [f for f in all_flows() if f.name in marker["flows"]]
+    staged = staged_settings(settings, base, flows)
+    txn = (f"lakehouse-refresh-{marker['id']}", 0)
+    outputs: dict[str, list] = {}
+    for flow in flows:
+        for output in flow.outputs:
+            outputs.setdefault(output.table, []).append((flow, output))
+    for table, owners in outputs.items():
+        staging = Path(staged.table_path(table))
+        if not dfiles.is_delta_table(staging):
+            continue
+        rows = store.read_path(staging, table)
+        new = rows.count()
+        shared = [o.shared_by for _, o in owners if o.shared_by]
+        whose = ""
+        if shared and store.exists(table):
+            column = shared[0][0]
+            values = ", ".join(f"'{value}'" for _, value in shared)
+            mine = f"`{column}` IN ({values})"
+            old = store.read(table).where(mine).count()
+            rows = store.read(table).where(f"NOT coalesce({mine}, false)").unionByName(rows)
+            whose = f"the rows of {', '.join(f.name for f, _ in owners)} in "
+        else:
+            old = store.read(table).count() if store.exists(table) else None
+        store.replace(rows, table, owners[0][1].partition_by, txn=txn)
+        store.register_again(table)
+        had = "" if old is None else f"; {'they were' if whose else 'it had'} {old:,}"
+        print(f"  {whose}{table}: switched to {new:,} rebuilt rows{had}", file=out)
+    for flow in flows:
+        checkpoint = settings.checkpoint_path(flow.layer, flow.flow)
+        staged_checkpoint = Path(staged.checkpoint_path(flow.layer, flow.flow))
+        if staged_checkpoint.is_dir():
+            replaced = checkpoint.with_name(checkpoint.name + ".replaced")
+            shutil.rmtree(replaced, ignore_errors=True)
+            if checkpoint.is_dir():
+                checkpoint.rename(replaced)
+            staged_checkpoint.rename(checkpoint)
+            shutil.rmtree(replaced, ignore_errors=True)
+        print(
+            f"  {flow.name}: its checkpoint is the rebuilt one; its next run goes on from it",
+            file=out,
+        )
+    shutil.rmtree(base, ignore_errors=True)

@@ -1,0 +1,210 @@
+"""``lakehouse run --full-refresh``: a table rebuilt from its inputs on a new checkpoint, switched
+in one commit; a switch cut short finished by the next run; a broken checkpoint mended."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+
+import pytest
+
+from bronze.sources import table_schema
+from lakehouse import generate as gen
+from lakehouse.checkpoints import CheckpointError
+from lakehouse.cli import main
+from lakehouse.progress import Progress
+from lakehouse.refresh import downstream, flows_writing, refresh
+from lakehouse.runner import FlowFailed, layer_flows, run_flows, run_layers
+from lakehouse.status import read_table
+from lakehouse.storage.deltafiles import app_id_for_checkpoint, open_table
+from lakehouse.storage.store import FAILPOINT_ENV
+
+
+def _rows(settings, table: str) -> list[tuple]:
+    """A table's rows without its lineage and load-time columns, sorted, as text."""
+    frame = read_table(settings, table)
+    frame = frame[[c for c in frame.columns if not c.startswith("_")]]
+    return sorted(tuple(str(v) for v in row) for row in frame.itertuples(index=False))
+
+
+def _run(settings, capsys, *args) -> tuple[int, list[str]]:
+    code = main(["run", *args, "--root", str(settings.root), "--profile", "test"])
+    captured = capsys.readouterr()
+    return code, captured.out.splitlines() + captured.err.splitlines()
+
+
+@pytest.fixture
+def lake(spark, settings):
+    params = gen.params_from_settings(
+        settings, events=800, hours=2.0, users=30, seed=5, late_fraction=0.0
+    )
+    gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
+    run_layers(spark, settings, ["bronze", "silver", "gold"], out=io.StringIO())
+    return settings
+
+
+def test_a_refreshed_table_is_what_it_was_and_a_broken_checkpoint_is_mended(spark, lake, capsys):
+    settings = lake
+    before = _rows(settings, "gold.sessions")
+    assert len(before) == 47  # (the seed fixes it: not an empty comparison)
+    checkpoint = settings.checkpoint_path("gold", "sessions")
+    old_query = app_id_for_checkpoint(checkpoint)
+    table = settings.table_path("gold.sessions")
+    version = open_table(table).version()
+
+    code, out = _run(settings, capsys, "--full-refresh", "gold.sessions")
+    assert code == 0, out
+    assert "  gold.sessions: switched to 47 rebuilt rows; it had 47" in out
+    assert "  gold.sessions: its checkpoint is the rebuilt one; its next run goes on from it" in out
+    assert not any(line.startswith("tables built from the rebuilt ones") for line in out)
+    assert _rows(settings, "gold.sessions") == before
+    assert app_id_for_checkpoint(checkpoint) != old_query  # a new checkpoint, in its place
+    # the table switched in one commit: a reader saw the old rows until then
+    assert open_table(table).version() == version + 1
+    assert not any((settings.root / "refresh").iterdir())
+
+    # a checkpoint whose offset log is broken: the flow fails; refreshed, it comes back and runs
+    last = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+    (checkpoint / "offsets" / str(last)).write_text("v1\nnot json\n")
+    flow = next(f for f in layer_flows("gold") if f.name == "gold.sessions")
+    with pytest.raises(
+        CheckpointError,
+        match=r"the checkpoint of gold.sessions is broken: .*"
+        r"rebuild the flow's tables on a new checkpoint with `lakehouse run "
+        r"--full-refresh <one of its tables>`",
+    ):
+        run_flows(spark, settings, [flow], out=io.StringIO())
+    code, out = _run(settings, capsys, "--full-refresh", "gold.sessions")
+    assert code == 0, out
+    assert _rows(settings, "gold.sessions") == before
+    code, out = _run(settings, capsys, "--layer", "gold")
+    assert code == 0, out
+    assert _rows(settings, "gold.sessions") == before
+
+
+def test_a_shared_table_keeps_the_other_flows_rows_and_downstream_is_named(
+    spark, store, lake, capsys
+):
+    """silver.events shares silver.quarantine and silver.late_events with
+    silver.ad_attribution: a refresh of silver.quarantine rebuilds both flows, each replacing
+    only its own rows there, and names the gold tables built from what they rebuilt."""
+    settings = lake
+    t = dt.datetime(2026, 1, 5, 9, 30, tzinfo=dt.UTC)
+    bad_events = [  # an unknown event type (4 rows), quarantined by silver.events
+        (f"x{i}", 1, "bogus", "/", None, t, "web", "US", None, "file:/x.json", t) for i in range(4)
+    ]
+    old = dt.datetime(1999, 1, 1, tzinfo=dt.UTC)
+    bad_impressions = [(f"i{i}", 7, 2, 1, old, None, "file:/y.json", t) for i in range(3)]
+    for name, rows in (("events", bad_events), ("impressions", bad_impressions)):
+        store.write(spark.createDataFrame(rows, table_schema(name)), f"bronze.{name}")
+    run_layers(spark, settings, ["silver"], out=io.StringIO())
+    tables = ("silver.events", "silver.quarantine", "silver.ad_attribution", "gold.sessions")
+    before = {t: _rows(settings, t) for t in tables}
+    quarantined = read_table(settings, "silver.quarantine")["table"].value_counts().to_dict()
+    assert quarantined == {"silver.events": 4, "silver.ad_attribution": 3}
+
+    code, out = _run(settings, capsys, "--full-refresh", "silver.quarantine")
+    assert code == 0, out
+    # both silver flows write silver.quarantine: both are rebuilt, and their rows switched
+    flows = "silver.ad_attribution, silver.events"
+    assert (
+        f"  the rows of {flows} in silver.quarantine: switched to 7 rebuilt rows; they were 7"
+        in out
+    )
+    assert (
+        f"  the rows of {flows} in silver.late_events: switched to 0 rebuilt rows; they were 0"
+        in out
+    )
+    assert "  silver.events: switched to 796 rebuilt rows; it had 796" in out
+    gold = [o.table for f in layer_flows("gold") for o in f.outputs]
+    assert (
+        "tables built from the rebuilt ones keep what they were built from; refresh them "
+        f"too for them to follow: {', '.join(sorted(gold))}"
+    ) in out
+    assert {t: _rows(settings, t) for t in tables} == before
+
+    assert [f.name for f in flows_writing(["silver.late_events"])] == [
+        "silver.ad_attribution",
+        "silver.events",
+    ]
+    assert downstream(flows_writing(["gold.sessions"])) == []
+
+
+def test_a_switch_cut_short_is_finished_by_the_next_run(spark, lake, capsys, monkeypatch):
+    """gold.sessions_custom writes two tables: killed after switching the first, the refresh
+    leaves its staging and marker; the flow's next run finishes the switch before it starts."""
+    settings = lake
+    before = {t: _rows(settings, t) for t in ("gold.sessions_custom", "gold.session_stats_hourly")}
+    monkeypatch.setenv(FAILPOINT_ENV, "before-commit:gold.session_stats_hourly")
+    with pytest.raises(Exception, match="failpoint before-commit:gold.session_stats_hourly"):
+        refresh(spark, settings, flows_writing(["gold.sessions_custom"]), out=io.StringIO())
+    monkeypatch.delenv(FAILPOINT_ENV)
+    capsys.readouterr()
+    (pending,) = (settings.root / "refresh").glob("*/refresh.json")
+    code, out = _run(settings, capsys, "--layer", "gold")
+    assert code == 0, out
+    assert "  gold.session_stats_hourly: switched to 3 rebuilt rows; it had 3" in out
+    assert {t: _rows(settings, t) for t in before} == before
+    assert not pending.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--full-refresh", "gold.nope"], "no flow writes gold.nope: a full refresh rebuilds"),
+        (["--full-refresh-all"], "--full-refresh-all rebuilds the tables of --layer: give it"),
+        (
+            ["--full-refresh", "gold.sessions", "--full-refresh-all", "--layer", "gold"],
+            "give --full-refresh TABLE or --full-refresh-all, not both",
+        ),
+        ([], "give --layer (bronze, silver, gold or all), or --full-refresh TABLE"),
+        (
+            ["--full-refresh", "gold.sessions", "--trigger", "continuous"],
+            "a full refresh runs once, in available-now mode",
+        ),
+    ],
+)
+def test_a_refresh_asked_wrongly_gets_one_line(settings, capsys, args, message):
+    code, out = _run(settings, capsys, *args)
+    assert code == 2
+    assert len(out) == 1 and message in out[0], out
+
+
+@pytest.mark.parametrize(
+    "backend", ["native", pytest.param("embedded", marks=pytest.mark.embedded)], indirect=True
+)
+def test_a_table_whose_columns_changed_is_rebuilt_with_its_new_schema(
+    spark, store, settings, capsys
+):
+    """gold.user_activity_spans gained span_end: a lake written before has the old columns;
+    the next run says to refresh, and the refresh rebuilds it with the new ones."""
+    from gold.spans import FLOW as SPANS
+    from silver.events import SCHEMA as EVENTS
+
+    t = dt.datetime(2026, 1, 5, 10, 0, tzinfo=dt.UTC)
+
+    def events(*minutes):
+        return spark.createDataFrame(
+            [(f"e{m}", 1, "page_view", "/", None, t + dt.timedelta(minutes=m), "web", "US", "f")
+             for m in minutes],
+            EVENTS,
+        )  # fmt: skip
+
+    store.create("silver.events", EVENTS)
+    store.write(events(0, 5, 50, 100), "silver.events")
+    run_flows(spark, settings, [SPANS], out=io.StringIO())
+    expected = _rows(settings, "gold.user_activity_spans")
+    assert len(expected) == 2  # the spans 10:00-10:05 and 10:50, closed by 10:100 - 10 min
+    old = store.read("gold.user_activity_spans").drop("span_end")
+    store.replace(old.localCheckpoint(), "gold.user_activity_spans")  # the table of before
+    store.write(events(160), "silver.events")
+    with pytest.raises(
+        FlowFailed,
+        match=r"unexpected column\(s\) span_end .*"
+        r"rebuild the table with `lakehouse run --full-refresh <table>`",
+    ):
+        run_flows(spark, settings, [SPANS], out=io.StringIO())
+    code, out = _run(settings, capsys, "--full-refresh", "gold.user_activity_spans")
+    assert code == 0, out
+    assert "span_end" in store.read("gold.user_activity_spans").columns
+    assert len(_rows(settings, "gold.user_activity_spans")) == 3  # and 10:100 closed by 10:160
