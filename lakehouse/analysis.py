@@ -47,6 +47,7 @@ def analyse_flows(
     naming the flow, on the first one that does not."""
     from lakehouse.runner import flow_frame
     from lakehouse.storage import table_store
+    from lakehouse.storage.store import route_rows, with_batch_columns
 
     with tempfile.TemporaryDirectory(prefix="lakehouse-analyse-") as scratch:
         lake = settings.with_overrides({"root": scratch})
@@ -60,9 +61,14 @@ def analyse_flows(
             checkpoint = Path(scratch) / "checkpoints" / flow.name
             try:
                 frame = flow_frame(spark, store, lake, flow, checkpoint)
-                outputs = {
-                    o.table: (o.rows(frame) if o.rows else frame).schema for o in flow.outputs
-                }
+                if len(flow.outputs) > 1 or flow.outputs[0].rows:  # routed, as start_flow
+                    batch = with_batch_columns(frame, 0, 0)
+                    identity = lambda df: df  # noqa: E731
+                    outputs = {
+                        o.table: route_rows(o.rows or identity, batch).schema for o in flow.outputs
+                    }
+                else:
+                    outputs = {flow.outputs[0].table: frame.schema}
             except LakehouseError:
                 raise
             except Exception as exc:  # Spark's AnalysisException, or the transform's own error

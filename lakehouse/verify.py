@@ -908,9 +908,10 @@ def _same_sessions(settings: Settings, checks: list[Check]) -> None:
     custom = next((c for c in checks if c.table == "gold.sessions_custom"), None)
     if custom is None:
         return
+    sessions = _found(settings, "gold.sessions")
     pair = compare(
         "gold.sessions_custom",
-        _found(settings, "gold.sessions"),
+        sessions if len(sessions) else pd.DataFrame(columns=SESSION_COLUMNS),
         _found(settings, "gold.sessions_custom"),
         SESSION_COLUMNS,
         ["user_id", "session_start"],

@@ -66,6 +66,33 @@ def test_every_gold_table_declares_its_reference():
         assert keys <= set(o.reference.columns or keys), o.table
 
 
+def test_every_gold_table_declares_the_column_its_mark_closes():
+    """ops.completeness records a mark for each gold table, over a column of its own that its
+    flow's watermark closes: a table without one would have no complete-through mark."""
+    outputs = [o for flow in layer_flows("gold") for o in flow.outputs]
+    assert [o.table for o in outputs if o.complete_by is None] == []
+    for o in outputs:
+        assert o.complete_by in {f.name for f in o.schema.fields}, o.table
+        assert str(o.schema[o.complete_by].dataType) == "TimestampType()", o.table
+
+
+def test_a_table_several_flows_write_says_whose_rows_are_whose():
+    """A full refresh replaces a flow's rows of a shared table (the quarantine tables,
+    silver.late_events): each writer declares the column and value of its rows, one column per
+    table, a value per writer."""
+    writers: dict[str, list] = {}
+    for layer in declared_layers():
+        for flow in layer_flows(layer):
+            for o in flow.outputs:
+                writers.setdefault(o.table, []).append(o.shared_by)
+    shared = {table: owners for table, owners in writers.items() if len(owners) > 1}
+    assert sorted(shared) == ["bronze.quarantine", "silver.late_events", "silver.quarantine"]
+    for table, owners in shared.items():
+        assert None not in owners, table
+        assert len({column for column, _ in owners}) == 1, table
+        assert len({value for _, value in owners}) == len(owners), table
+
+
 def test_verify_refuses_to_pass_a_declared_table_it_does_not_check():
     """Bronze and silver tables are checked by verify's own code, not by a declared reference:
     a new one there without a check makes verify fail instead of calling every table equal."""

@@ -132,8 +132,15 @@ def test_gold_tables_equal_their_batch_computation(spark, settings, store, backe
     progress.delete(predicate)
     report = io.StringIO()
     assert run_verify(settings, report) == 1
-    (books,) = [line for line in report.getvalue().splitlines() if "silver.events books:" in line]
-    assert books.endswith(f"OFF BY {int(lost['duplicates_dropped'].sum()):,}"), books
+    books = [line for line in report.getvalue().splitlines() if "silver.events books:" in line]
+    # the rows balance (each bronze row in one place), the operators' counts fall short
+    assert books[0].endswith("duplicates of kept rows, row by row"), books
+    duplicates = int(books[0].split(" + ")[3].split()[0].replace(",", ""))
+    counted = duplicates - int(lost["duplicates_dropped"].sum())
+    assert books[1] == (
+        f"  silver.events books: the stateful operator counted {counted:,} duplicates and 0 "
+        "late rows: DIFFERENT"
+    ), books
     out = io.StringIO()
     run_layers(spark, settings, ["silver"], out=out)
     assert sum("recounted" in line for line in out.getvalue().splitlines()) == 2

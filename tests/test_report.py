@@ -100,7 +100,7 @@ def test_the_report_plots_every_flow_and_lists_the_last_runs(settings, tmp_path,
     assert cells["silver.events"] == [
         "silver.events",
         "bronze.events",
-        "silver.events, silver.quarantine",
+        "silver.events, silver.quarantine, silver.late_events",
         "append",
         "dedupeWithinWatermark (15 state rows)",
         "2026-11-22 09:50:00",

@@ -53,6 +53,25 @@ class Route(NamedTuple):
     upsert: Any = None
 
 
+def with_batch_columns(batch: DataFrame, batch_id: int, late_ms: int) -> DataFrame:
+    """A routed micro-batch with its place, for routes that need it (the late rows of
+    silver.late_events): :data:`BATCH_ID` and :data:`LATE_BEFORE`, the watermark its stateful
+    operators drop late rows against (a row at or behind it is late)."""
+    from pyspark.sql import functions as F
+
+    return batch.withColumns(
+        {
+            BATCH_ID: F.lit(batch_id).cast("long"),
+            LATE_BEFORE: F.timestamp_millis(F.lit(late_ms).cast("long")),
+        }
+    )
+
+
+def route_rows(rows: Callable[[DataFrame], DataFrame], batch: DataFrame) -> DataFrame:
+    """A route's rows of a batch with its place (a route of every column drops it again)."""
+    return rows(batch).drop(BATCH_ID, LATE_BEFORE)
+
+
 class NativeUnavailable(LakehouseError, RuntimeError):
     """The native backend was chosen but delta-spark is not on the Spark classpath."""
 
@@ -226,8 +245,6 @@ class TableStore(ABC):
         ``before_write(batch, batch_id)`` runs first (it may raise to stop the query) and may
         return more rows to append to other tables ({table: rows, or a future of them}),
         written the same way after the routes."""
-        from pyspark.sql import functions as F
-
         from lakehouse import checkpoints
 
         routes = [Route(*route) for route in routes]
@@ -240,14 +257,8 @@ class TableStore(ABC):
         def write_batch(batch: DataFrame, batch_id: int) -> None:
             if not app_ids:
                 app_ids.append(dfiles.app_id_for_checkpoint(checkpoint))
-            # the batch's place, for routes that need it (the late rows of silver.late_events)
             late_ms = checkpoints.late_watermark_ms(Path(checkpoint), batch_id)
-            batch = batch.withColumns(
-                {
-                    BATCH_ID: F.lit(batch_id).cast("long"),
-                    LATE_BEFORE: F.timestamp_millis(F.lit(late_ms).cast("long")),
-                }
-            )
+            batch = with_batch_columns(batch, batch_id, late_ms)
             batch = batch.persist()  # each table's rows come from one evaluation of the batch
             side = {}
             clock = _Clock()
@@ -260,7 +271,7 @@ class TableStore(ABC):
                 side = (before_write(batch, batch_id) if before_write else None) or {}
                 clock.lap("before_write")
                 for name, rows, partition_by, event_time, merge in routes:
-                    out = rows(batch).drop(BATCH_ID, LATE_BEFORE)  # (a route of every column)
+                    out = route_rows(rows, batch)
                     if merge is not None:
                         self.upsert(out, name, merge.keys, app_ids[0], batch_id, merge.updates)
                         failpoint(f"after-write:{name}")
