@@ -83,6 +83,7 @@ def _demo(spark, store, settings: Settings, events: int) -> int:
     if any(flow.startswith("silver.") for flow in reports):
         balanced &= _silver_books(store)
     _gold_rows(store, [name for name in reports if name.startswith("gold.")])
+    balanced &= _gold_marks(store, settings)
     if not balanced:
         print("the books do not balance: some rows are not where they should be (see above)")
         return 1
@@ -184,6 +185,31 @@ def _silver_books(store) -> bool:
             f"failed on {row['rows']:,} row(s)"
         )
     return balanced
+
+
+def _gold_marks(store, settings: Settings) -> bool:
+    """Print up to when each gold table is final (ops.completeness) and whether the two session
+    tables hold the same sessions; True when they do."""
+    from lakehouse.status import current_marks
+
+    marks = current_marks(settings)
+    print()
+    print("gold rows final before (ops.completeness; a view gold.<table>_final holds them):")
+    for mark in marks.itertuples():
+        print(
+            f"  {mark.table:32} rows whose {mark.column} is before {mark.complete_through:%Y-%m-%d %H:%M:%S}"
+        )
+    if not (store.exists("gold.sessions") and store.exists("gold.sessions_custom")):
+        return True
+    columns = store.read("gold.sessions").columns
+    sessions = store.read("gold.sessions")
+    custom = store.read("gold.sessions_custom").select(*columns)
+    apart = sessions.exceptAll(custom).count() + custom.exceptAll(sessions).count()
+    if apart:
+        print(f"gold.sessions_custom and gold.sessions: {apart:,} sessions in one only: DIFFERENT")
+    else:
+        print(f"gold.sessions_custom holds the same {sessions.count():,} sessions as gold.sessions")
+    return not apart
 
 
 def _gold_rows(store, flows: list[str], rows: int = 5) -> None:

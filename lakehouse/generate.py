@@ -92,7 +92,7 @@ class GenerateParams:
     events: int = 100_000
     seed: int = 42
     start: str | None = None  # None: DEFAULT_START, or after the previous run of the lake
-    hours: float = 6.0  # span of session starts; events of the last sessions run up to 1 h later
+    hours: float = 24.0  # span of session starts (a day: its curve); the last sessions run on
     file_minutes: float = 5.0  # arrival time covered by one landing file
     users: int = 0  # 0: one user per 100 events (at least 50)
     duplicate_fraction: float = 0.02

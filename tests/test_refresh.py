@@ -3,6 +3,7 @@ in one commit; a switch cut short finished by the next run; a broken checkpoint 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import io
 
@@ -39,8 +40,13 @@ def lake(spark, settings):
         settings, events=800, hours=2.0, users=30, seed=5, late_fraction=0.0
     )
     gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
-    run_layers(spark, settings, ["bronze", "silver", "gold"], out=io.StringIO())
+    run_layers(spark, settings, ["bronze", "silver"], out=io.StringIO())
+    run_flows(spark, settings, [_gold("gold.sessions"), _gold("gold.sessions_custom")])
     return settings
+
+
+def _gold(name: str):
+    return next(f for f in layer_flows("gold") if f.name == name)
 
 
 def test_a_refreshed_table_is_what_it_was_and_a_broken_checkpoint_is_mended(spark, lake, capsys):
@@ -77,8 +83,7 @@ def test_a_refreshed_table_is_what_it_was_and_a_broken_checkpoint_is_mended(spar
     code, out = _run(settings, capsys, "--full-refresh", "gold.sessions")
     assert code == 0, out
     assert _rows(settings, "gold.sessions") == before
-    code, out = _run(settings, capsys, "--layer", "gold")
-    assert code == 0, out
+    run_flows(spark, settings, [flow], out=io.StringIO())
     assert _rows(settings, "gold.sessions") == before
 
 
@@ -98,7 +103,7 @@ def test_a_shared_table_keeps_the_other_flows_rows_and_downstream_is_named(
     for name, rows in (("events", bad_events), ("impressions", bad_impressions)):
         store.write(spark.createDataFrame(rows, table_schema(name)), f"bronze.{name}")
     run_layers(spark, settings, ["silver"], out=io.StringIO())
-    tables = ("silver.events", "silver.quarantine", "silver.ad_attribution", "gold.sessions")
+    tables = ("silver.events", "silver.quarantine", "silver.ad_attribution")
     before = {t: _rows(settings, t) for t in tables}
     quarantined = read_table(settings, "silver.quarantine")["table"].value_counts().to_dict()
     assert quarantined == {"silver.events": 4, "silver.ad_attribution": 3}
@@ -141,9 +146,10 @@ def test_a_switch_cut_short_is_finished_by_the_next_run(spark, lake, capsys, mon
     monkeypatch.delenv(FAILPOINT_ENV)
     capsys.readouterr()
     (pending,) = (settings.root / "refresh").glob("*/refresh.json")
-    code, out = _run(settings, capsys, "--layer", "gold")
-    assert code == 0, out
-    assert "  gold.session_stats_hourly: switched to 3 rebuilt rows; it had 3" in out
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):  # (what the flow's start prints of the switch)
+        run_flows(spark, settings, [_gold("gold.sessions_custom")], out=io.StringIO())
+    assert "  gold.session_stats_hourly: switched to 3 rebuilt rows; it had 3" in out.getvalue()
     assert {t: _rows(settings, t) for t in before} == before
     assert not pending.exists()
 
