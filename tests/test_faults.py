@@ -142,8 +142,8 @@ def _excerpt(log: Path, start: int, lines: int = 80) -> str:
 def test_killed_and_restarted_jobs_leave_every_table_exact(spark, settings, tmp_path):
     params = gen.params_from_settings(
         settings,
-        events=1500,
-        hours=2.0,
+        events=2000,
+        hours=3.0,  # sessions starting over 3 hours arrive in 40-odd files of 5 minutes
         file_minutes=5.0,
         late_fraction=0.0,
         users=30,

@@ -365,7 +365,9 @@ def test_rules_file_mistakes_name_the_rule(tmp_path):
     assert len(events.rules()) == 12
 
 
-@pytest.mark.parametrize("max_files", [0, pytest.param(1, marks=pytest.mark.slow)])
+# (one file per silver micro-batch: in `make test-matrix`, beside the event-order matrix, whose
+# CI cases read silver.events one file at a time and check it against verify's reference)
+@pytest.mark.parametrize("max_files", [0, pytest.param(1, marks=pytest.mark.matrix)])
 def test_silver_events_equals_a_batch_dedup_of_the_valid_rows(spark, settings, store, max_files):
     """Generated data without late events: whether bronze is read in one micro-batch or a few
     files at a time, and across a restart between two deliveries, silver.events is
