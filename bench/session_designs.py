@@ -4,8 +4,10 @@ side by side on the same silver.events, read one file per micro-batch.
     python bench/session_designs.py [--events 200000] [--hours 24] [--file-minutes 15]
                                     [--runs 1] [--root DIR]
 
-- ``merged`` (the flow as it is): the processor's sessions appended in the micro-batch whose
+- ``merged`` (the flow's design): the processor's sessions appended in the micro-batch whose
   watermark closes them, each batch's hourly statistics MERGEd into their hours;
+- ``flow``: the same design run by the runner as ``lakehouse run`` does (it also records the
+  query's progress, the complete-through marks and the runner's books after each batch);
 - ``chained-append`` (the design before): the processor chained into a 1-hour window
   aggregation in append mode, which holds the hour's sessions (collect_list) until the
   watermark passes the hour, then both tables appended;
@@ -22,19 +24,21 @@ a session in the same micro-batch as the processor does).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lakehouse.settings import load_settings  # noqa: E402
 
-DESIGNS = ("merged", "chained-append", "chained-update")
+DESIGNS = ("merged", "flow", "chained-append", "chained-update")
 
 
 def build_base(spark, settings, events: int, hours: float, file_minutes: float) -> None:
@@ -90,8 +94,14 @@ def run_design(spark, settings, design: str) -> dict:
     store = table_store(spark, settings)
     for table in ("gold.sessions", "gold.sessions_custom", "gold.session_stats_hourly"):
         shutil.rmtree(settings.table_path(table), ignore_errors=True)
-    shutil.rmtree(settings.root / "checkpoints" / "gold", ignore_errors=True)
-    one = settings.with_overrides({"trigger.max_files_per_trigger": 1})
+    # new checkpoints each run: the state store's background maintenance of the previous
+    # query may still be writing into the old ones, so they are not deleted under it
+    fresh = settings.root / "checkpoints" / f"gold-{uuid.uuid4().hex[:8]}"
+    names = ("gold.sessions", "gold.sessions_custom", "gold.design")
+    one = dataclasses.replace(
+        settings.with_overrides({"trigger.max_files_per_trigger": 1}),
+        relocated={f"checkpoint:{name}": str(fresh / name.split(".")[1]) for name in names},
+    )
     # gold.sessions first, recording what it had after each of its micro-batches
     sessions_flow = next(f for f in layer_flows("gold") if f.name == "gold.sessions")
     run_flows(spark, one, [sessions_flow], out=io.StringIO())
@@ -100,13 +110,13 @@ def run_design(spark, settings, design: str) -> dict:
 
     emitted, durations, memory, state_rows = [], [], [], []
     started = time.monotonic()
-    if design == "merged":
+    if design == "flow":
         flow = next(f for f in layer_flows("gold") if f.name == "gold.sessions_custom")
         run_flows(spark, one, [flow], out=io.StringIO())
         progress = store.read("ops.stream_progress").where(F.col("flow") == flow.name)
     else:
         update = design == "chained-update"
-        checkpoint = settings.checkpoint_path("gold", "design")
+        checkpoint = one.checkpoint_path("gold", "design")
         for table, schema in ((cs.TABLE, cs.SCHEMA), (cs.STATS_TABLE, cs.STATS_SCHEMA)):
             store.create(table, schema)
         app: list[str] = []
@@ -114,6 +124,14 @@ def run_design(spark, settings, design: str) -> dict:
         def write(batch, batch_id):
             app.append(app[0] if app else app_id_for_checkpoint(checkpoint))
             batch = batch.persist()
+            if design == "merged":
+                emitted.append(batch.count())
+                store.write(batch, "gold.sessions_custom", txn=(app[0], batch_id))
+                stats = cs.hourly_increments(batch)
+                keys, updates = list(cs.STATS_UPSERT.keys), dict(cs.STATS_UPSERT.updates)
+                store.upsert(stats, cs.STATS_TABLE, keys, app[0], batch_id, updates=updates)
+                batch.unpersist()
+                return
             emitted.append(batch.select(F.size("closed")).groupBy().sum().first()[0] or 0)
             rows = batch.select(F.explode("closed").alias("s")).select("s.*")
             stats = batch.select(
@@ -140,9 +158,12 @@ def run_design(spark, settings, design: str) -> dict:
             batch.unpersist()
 
         events = store.read_stream("silver.events", max_files_per_trigger=1)
+        if design == "merged":
+            stream = cs.custom_sessions(events, watermark=settings.watermarks.events)
+        else:
+            stream = chained(events, watermark=settings.watermarks.events, update=update)
         query = (
-            chained(events, watermark=settings.watermarks.events, update=update)
-            .writeStream.outputMode("update" if update else "append")
+            stream.writeStream.outputMode("update" if update else "append")
             .option("checkpointLocation", str(checkpoint))
             .queryName("gold.design")
             .trigger(availableNow=True)
@@ -159,6 +180,8 @@ def run_design(spark, settings, design: str) -> dict:
     wall = time.monotonic() - started
     if progress is not None:
         frame = progress.toPandas()
+        # this run's query only (the new checkpoint gave it a new query id)
+        frame = frame[frame["query_id"] == frame.sort_values("timestamp")["query_id"].iloc[-1]]
         per_batch = frame.groupby("batch_id").agg(
             seconds=("batch_duration_ms", "first"),
             memory=("state_memory_bytes", "sum"),

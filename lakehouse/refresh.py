@@ -93,7 +93,7 @@ def staged_settings(settings: Settings, base: Path, flows: Sequence[Flow]) -> Se
     ``base`` (a table several of them write has one staging table)."""
     relocated = dict(settings.relocated)
     for flow in flows:
-        relocated[flow.name] = str(base / "checkpoints" / flow.layer / flow.flow)
+        relocated[f"checkpoint:{flow.name}"] = str(base / "checkpoints" / flow.layer / flow.flow)
         for output in flow.outputs:
             layer, table = output.table.split(".")
             relocated[output.table] = str(base / "tables" / layer / table)

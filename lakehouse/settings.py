@@ -212,8 +212,8 @@ class Settings:
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     # Free-form Spark configuration passed through unchanged (key -> value).
     spark_conf: dict[str, str] = field(default_factory=dict)
-    # Tables (layer.table) and checkpoints (layer.flow) somewhere else than their place under
-    # root: the staging run of `lakehouse run --full-refresh` (lakehouse.refresh) sets them.
+    # Tables ("layer.table") and checkpoints ("checkpoint:layer.flow": a flow and its table
+    # often share a name) somewhere else than their place under root: the staging run of `lakehouse run --full-refresh` (lakehouse.refresh) sets them.
     relocated: dict[str, str] = field(default_factory=dict)
 
     # ---- lake layout -------------------------------------------------------------------
@@ -235,8 +235,8 @@ class Settings:
     def checkpoint_path(self, layer: str, flow: str) -> Path:
         if layer not in LAYERS:
             raise SettingsError(f"unknown layer {layer!r}; allowed: {', '.join(LAYERS)}")
-        if f"{layer}.{flow}" in self.relocated:
-            return Path(self.relocated[f"{layer}.{flow}"])
+        if f"checkpoint:{layer}.{flow}" in self.relocated:
+            return Path(self.relocated[f"checkpoint:{layer}.{flow}"])
         return self.root / "checkpoints" / layer / _checked_name("flow", flow)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Settings:

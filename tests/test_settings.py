@@ -144,3 +144,21 @@ def test_bad_kafka_topic_settings_say_what_is_allowed(key, value, message):
     with pytest.raises(SettingsError) as err:
         load_settings("test", config_path=CONF, env={}, overrides={key: value})
     assert message in str(err.value)
+
+
+def test_a_refresh_stages_a_flow_and_its_table_of_the_same_name_apart(tmp_path):
+    from lakehouse.refresh import staged_settings
+    from lakehouse.runner import layer_flows
+
+    settings = load_settings("local", overrides={"root": str(tmp_path)})
+    flow = next(f for f in layer_flows("gold") if f.name == "gold.sessions")
+    staged = staged_settings(settings, tmp_path / "refresh" / "r1", [flow])
+    assert staged.checkpoint_path("gold", "sessions") == (
+        tmp_path / "refresh" / "r1" / "checkpoints" / "gold" / "sessions"
+    )
+    assert staged.table_path("gold.sessions") == (
+        tmp_path / "refresh" / "r1" / "tables" / "gold" / "sessions"
+    )
+    assert staged.checkpoint_path("gold", "user_activity") == (
+        tmp_path / "checkpoints" / "gold" / "user_activity"
+    )
