@@ -47,10 +47,12 @@ def settings_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = 
         if not sep:
             raise SettingsError(f"--conf expects KEY=VALUE; got {item!r}")
         overrides[key.strip()] = value.strip()
-    overrides.update({"root": args.root, "backend": args.backend})
+    flags = {"root": args.root, "backend": args.backend, **(extra or {})}
     if args.verbose:
-        overrides["log_level"] = "INFO"
-    overrides.update(extra or {})
+        flags["log_level"] = "INFO"
+    # a flag left out keeps what --conf says (generate's --bootstrap left out had replaced
+    # --conf kafka.bootstrap_servers=... with the settings' default broker)
+    overrides.update({key: value for key, value in flags.items() if value is not None})
     return load_settings(profile=args.profile, config_path=args.config, overrides=overrides)
 
 

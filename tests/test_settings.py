@@ -162,3 +162,23 @@ def test_a_refresh_stages_a_flow_and_its_table_of_the_same_name_apart(tmp_path):
     assert staged.checkpoint_path("gold", "user_activity") == (
         tmp_path / "checkpoints" / "gold" / "user_activity"
     )
+
+
+def test_a_flag_left_out_keeps_what_conf_says():
+    import argparse
+
+    from lakehouse.cli import settings_from_args
+
+    args = argparse.Namespace(
+        conf=["kafka.bootstrap_servers=127.0.0.1:19092", "root=/lake"],
+        root=None,
+        backend=None,
+        verbose=False,
+        profile="local",
+        config=None,
+    )
+    settings = settings_from_args(args, {"kafka.bootstrap_servers": None})
+    assert settings.kafka.bootstrap_servers == "127.0.0.1:19092"
+    assert settings.root == Path("/lake")
+    flagged = settings_from_args(args, {"kafka.bootstrap_servers": "10.0.0.1:9092"})
+    assert flagged.kafka.bootstrap_servers == "10.0.0.1:9092"
