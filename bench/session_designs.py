@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lakehouse.settings import load_settings  # noqa: E402
+from lakehouse.settings import checkpoint_key, load_settings  # noqa: E402
 
 DESIGNS = ("merged", "flow", "chained-append", "chained-update")
 
@@ -100,7 +100,7 @@ def run_design(spark, settings, design: str) -> dict:
     names = ("gold.sessions", "gold.sessions_custom", "gold.design")
     one = dataclasses.replace(
         settings.with_overrides({"trigger.max_files_per_trigger": 1}),
-        relocated={f"checkpoint:{name}": str(fresh / name.split(".")[1]) for name in names},
+        relocated={checkpoint_key(name): str(fresh / name.split(".")[1]) for name in names},
     )
     # gold.sessions first, recording what it had after each of its micro-batches
     sessions_flow = next(f for f in layer_flows("gold") if f.name == "gold.sessions")

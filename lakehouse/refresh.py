@@ -33,7 +33,7 @@ from lakehouse.errors import LakehouseError
 from lakehouse.flows import Flow, TableInput
 from lakehouse.locks import flow_locks
 from lakehouse.runner.declarations import PIPELINE, layer_flows
-from lakehouse.settings import Settings
+from lakehouse.settings import Settings, checkpoint_key
 from lakehouse.storage import deltafiles as dfiles
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def staged_settings(settings: Settings, base: Path, flows: Sequence[Flow]) -> Se
     ``base`` (a table several of them write has one staging table)."""
     relocated = dict(settings.relocated)
     for flow in flows:
-        relocated[f"checkpoint:{flow.name}"] = str(base / "checkpoints" / flow.layer / flow.flow)
+        relocated[checkpoint_key(flow.name)] = str(base / "checkpoints" / flow.layer / flow.flow)
         for output in flow.outputs:
             layer, table = output.table.split(".")
             relocated[output.table] = str(base / "tables" / layer / table)

@@ -212,8 +212,9 @@ class Settings:
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     # Free-form Spark configuration passed through unchanged (key -> value).
     spark_conf: dict[str, str] = field(default_factory=dict)
-    # Tables ("layer.table") and checkpoints ("checkpoint:layer.flow": a flow and its table
-    # often share a name) somewhere else than their place under root: the staging run of `lakehouse run --full-refresh` (lakehouse.refresh) sets them.
+    # Tables ("layer.table") and checkpoints (checkpoint_key("layer.flow"): a flow and its
+    # table often share a name) somewhere else than their place under root: the staging run
+    # of `lakehouse run --full-refresh` (lakehouse.refresh) sets them.
     relocated: dict[str, str] = field(default_factory=dict)
 
     # ---- lake layout -------------------------------------------------------------------
@@ -235,8 +236,8 @@ class Settings:
     def checkpoint_path(self, layer: str, flow: str) -> Path:
         if layer not in LAYERS:
             raise SettingsError(f"unknown layer {layer!r}; allowed: {', '.join(LAYERS)}")
-        if f"checkpoint:{layer}.{flow}" in self.relocated:
-            return Path(self.relocated[f"checkpoint:{layer}.{flow}"])
+        if checkpoint_key(f"{layer}.{flow}") in self.relocated:
+            return Path(self.relocated[checkpoint_key(f"{layer}.{flow}")])
         return self.root / "checkpoints" / layer / _checked_name("flow", flow)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Settings:
@@ -246,6 +247,12 @@ class Settings:
             if value is not None:
                 _set_dotted(data, key, value)
         return _build(Settings, data, "")
+
+
+def checkpoint_key(flow: str) -> str:
+    """The key of flow ``layer.flow``'s checkpoint in :attr:`Settings.relocated` (its tables
+    are keyed by their names, which a flow's name often equals)."""
+    return f"checkpoint:{flow}"
 
 
 def split_table_name(name: str) -> tuple[str, str]:
