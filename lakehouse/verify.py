@@ -519,8 +519,13 @@ class Check:
     tolerated: str = ""
 
     @property
+    def apart(self) -> int:
+        """Rows in one side only, or differing between the sides."""
+        return len(self.missing) + len(self.unexpected) + len(self.differing)
+
+    @property
     def same(self) -> bool:
-        return not (self.missing or self.unexpected or self.differing) and self.books_ok
+        return not self.apart and self.books_ok
 
     @property
     def ok(self) -> bool:
@@ -901,6 +906,20 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
 SESSION_COLUMNS = ["user_id", "session_start", "session_end", "events", "purchases", "revenue"]
 
 
+def session_tables(settings: Settings) -> Check:
+    """gold.sessions_custom against gold.sessions (the expected side), row by row over
+    SESSION_COLUMNS, floats as close as :func:`compare` allows (the two sum a session's
+    revenue in different orders)."""
+    sessions = _found(settings, "gold.sessions")
+    return compare(
+        "gold.sessions_custom",
+        sessions if len(sessions) else pd.DataFrame(columns=SESSION_COLUMNS),
+        _found(settings, "gold.sessions_custom"),
+        SESSION_COLUMNS,
+        ["user_id", "session_start"],
+    )
+
+
 def _same_sessions(settings: Settings, checks: list[Check]) -> None:
     """gold.sessions and gold.sessions_custom must hold the same sessions after every run
     (both write a session in the micro-batch whose watermark closes it): a books line on
@@ -908,15 +927,8 @@ def _same_sessions(settings: Settings, checks: list[Check]) -> None:
     custom = next((c for c in checks if c.table == "gold.sessions_custom"), None)
     if custom is None:
         return
-    sessions = _found(settings, "gold.sessions")
-    pair = compare(
-        "gold.sessions_custom",
-        sessions if len(sessions) else pd.DataFrame(columns=SESSION_COLUMNS),
-        _found(settings, "gold.sessions_custom"),
-        SESSION_COLUMNS,
-        ["user_id", "session_start"],
-    )
-    apart = len(pair.missing) + len(pair.unexpected) + len(pair.differing)
+    pair = session_tables(settings)
+    apart = pair.apart
     custom.books_ok = custom.books_ok and not apart
     custom.books.append(
         f"{pair.found:,} sessions, the same as gold.sessions'"

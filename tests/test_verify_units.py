@@ -101,3 +101,38 @@ def test_row_books_find_each_bronze_row_one_place():
     assert off.lines()[1] == (
         "the stateful operator counted 1 duplicates and 2 late rows: DIFFERENT"
     )
+
+
+def test_the_session_tables_compare_revenue_as_verify_does(tmp_path):
+    """The two session tables sum a session's revenue in different orders: 134.58 against
+    134.58000000000001 is the same session (the demo's exact comparison called it different);
+    a session in one table only, or a revenue off by a cent, is not."""
+    from deltalake import write_deltalake
+
+    from lakehouse.settings import load_settings
+    from lakehouse.verify import session_tables
+
+    settings = load_settings("local", overrides={"root": str(tmp_path)})
+    start = pd.Timestamp("2026-01-05 21:59:04.836", tz="UTC")
+    sessions = pd.DataFrame(
+        {
+            "user_id": [3290, 7],
+            "session_start": [start, start],
+            "session_end": [start + pd.Timedelta(minutes=9)] * 2,
+            "events": [12, 3],
+            "purchases": [2, 0],
+            "revenue": [134.58, 0.0],
+        }
+    )
+
+    def check(custom: pd.DataFrame) -> int:
+        write_deltalake(str(settings.table_path("gold.sessions")), sessions, mode="overwrite")
+        path = str(settings.table_path("gold.sessions_custom"))
+        write_deltalake(path, custom, mode="overwrite", schema_mode="overwrite")
+        return session_tables(settings).apart
+
+    ulp = sessions.assign(revenue=[134.58000000000001 + 1e-13, 0.0])
+    assert ulp["revenue"][0] != 134.58
+    assert check(ulp) == 0
+    assert check(sessions.assign(revenue=[134.59, 0.0])) == 1
+    assert check(sessions.iloc[:1]) == 1
