@@ -71,6 +71,7 @@ from lakehouse.settings import duration_seconds, load_settings  # noqa: E402
 from lakehouse.status import read_table  # noqa: E402
 
 SAMPLE_S = 30
+FIRST_FILES_S = 600
 
 
 def _age(now: pd.Timestamp, latest: pd.Timestamp | None) -> float | None:
@@ -131,7 +132,14 @@ def run_once(args, root: Path) -> dict:
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    time.sleep(args.interval * 2)  # the first files, so every flow has its input
+    # the first files, so every flow has its input: the generator builds the 2 hours of
+    # sessions before its start first (a minute or more at 2,000 events/s)
+    waited = time.monotonic()
+    while _landed_bronze_rows(root) == 0:
+        if generator.poll() is not None or time.monotonic() - waited > FIRST_FILES_S:
+            raise SystemExit(f"the generator wrote nothing in {FIRST_FILES_S} s: see {logs}")
+        time.sleep(1)
+    print(f"the generator's first records after {time.monotonic() - waited:.0f} s", flush=True)
     pipeline = subprocess.Popen(
         [lakehouse, "run", *common, "--layer", "all", "--trigger", "continuous"],
         stdout=open(logs / "run.log", "w"),  # noqa: SIM115

@@ -77,7 +77,13 @@ MANIFEST = "_manifest.json"
 IMPRESSIONS_PER_EVENT = 0.4
 SPEC_PARTITIONS = 4  # fixed, so the same seed gives the same rows on any machine
 FOLLOW_CHUNK_S = 60.0  # session starts built at once by follow()
-FOLLOW_WARMUP_S = 900  # session starts before a follow run begins whose later events it sends
+# Session starts before a follow run begins whose later events it sends: 0.5 % of the events of
+# a session come more than 2 hours after its start (28 % more than 15 minutes, the warm-up
+# before, which sent 73 % of the rate at the start and 85 % after 10 minutes)
+FOLLOW_WARMUP_S = 2 * 3600
+# The warm-up is built this much at a time (a chunk's events, those before the start dropped):
+# 2 hours at once is 14.4 million events at 2,000 per second, and ran the driver out of memory
+FOLLOW_BUILD_MAX_S = 900
 FOLLOW_JITTER_S = 300  # a smaller jitter of session starts: fewer candidates per minute built
 
 
@@ -1133,6 +1139,72 @@ def generate(
     return entry
 
 
+class FollowStream:
+    """The clean records of a live stream of ``rate`` events per second from ``start_ms`` on,
+    built ahead of time by :meth:`build` and handed out by :meth:`take` once their time comes.
+
+    Records are built FOLLOW_CHUNK_S (``chunk_ms``) of session starts at a time: one dbldatagen
+    job per chunk instead of one per tick, since planning a spec costs far more than its rows
+    (per tick it took a whole core at 2,000 events/s). The first builds hold the sessions that
+    started in the FOLLOW_WARMUP_S before the start, whose later events come after it, so the
+    stream runs at its full rate from the start; they are built FOLLOW_BUILD_MAX_S at a time."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        params: GenerateParams,
+        *,
+        rate: float,
+        users: int,
+        run: int,
+        start_ms: int,
+        chunk_ms: int,
+    ):
+        self.spark, self.params, self.rate, self.users, self.run = spark, params, rate, users, run
+        self.start_ms, self.chunk_ms = start_ms, chunk_ms
+        self.built_until = start_ms - FOLLOW_WARMUP_S * 1000  # session starts built up to here
+        self.chunk = 0
+        self.ahead = {s: (np.empty(0, np.int64), np.empty(0, object)) for s in SOURCES}
+
+    def build(self, until_ms: int) -> None:
+        """Build the sessions that start before ``until_ms``."""
+        while self.built_until < until_ms:
+            span_ms = min(
+                max(self.chunk_ms, until_ms - self.built_until), FOLLOW_BUILD_MAX_S * 1000
+            )
+            records, _ = source_records(
+                self.spark,
+                Traffic(
+                    events=max(1, round(self.rate * span_ms / 1000)),
+                    start_ms=self.built_until,
+                    span_ms=span_ms,
+                    users=self.users,
+                    seed=self.params.seed,
+                    tag=f"{self.params.seed}:{self.run}:{self.chunk}",
+                    daily=False,
+                    keep_from_ms=self.start_ms,
+                    jitter_s=FOLLOW_JITTER_S,
+                    conversion=self.params.conversion,
+                ),
+            )
+            for source in SOURCES:
+                event_ms, lines = records[source]
+                self.ahead[source] = (
+                    np.concatenate([self.ahead[source][0], event_ms]),
+                    np.concatenate([self.ahead[source][1], np.array(lines, dtype=object)]),
+                )
+            self.built_until += span_ms
+            self.chunk += 1
+
+    def take(self, source: str, now_ms: int) -> tuple[np.ndarray, np.ndarray]:
+        """The built records of ``source`` whose time has come by ``now_ms`` (event time ms,
+        JSON lines), taken out of the stream."""
+        event_ms, lines = self.ahead[source]
+        come = event_ms <= now_ms
+        self.ahead[source] = (event_ms[~come], lines[~come])
+        return event_ms[come], lines[come]
+
+
 def follow(
     spark: SparkSession,
     root: Path,
@@ -1147,13 +1219,12 @@ def follow(
     """Every ``interval_s`` seconds, write one small file per source with current event times
     (``rate`` events per second), until ``ticks`` files were written (0: until interrupted).
 
-    Records are built ahead, FOLLOW_CHUNK_S of event time at once: one dbldatagen job per chunk
-    instead of one per tick, since planning a spec costs far more than its rows (per tick it
-    took a whole core at 2,000 events/s). A tick takes the records whose event time has come
-    and gives them their faults. Lines whose arrival time lies in the future (disordered, late,
-    resent) wait for the tick that reaches their arrival time; when the loop stops, the waiting
-    lines are written in one last file so the manifest accounts for them, and the records whose
-    event time has not come yet (the rest of the chunk, clicks still ahead) are dropped."""
+    Records are built ahead (:class:`FollowStream`). A tick takes the records whose event time
+    has come and gives them their faults. Lines whose arrival time lies in the future
+    (disordered, late, resent) wait for the tick that reaches their arrival time; when the loop
+    stops, the waiting lines are written in one last file so the manifest accounts for them, and
+    the records whose event time has not come yet (the rest of the chunk, clicks still ahead)
+    are dropped."""
     params = params.validate()
     if not (0 < rate < math.inf and 0 < interval_s < math.inf):
         raise GenerateError("--rate and --interval must be finite numbers more than 0")
@@ -1176,12 +1247,15 @@ def follow(
     landing.record_run(entry)
     window_start = int(time.time() * 1000)
     tick = 0
-    chunk_ms = int(max(interval_s, FOLLOW_CHUNK_S) * 1000)
-    # the first build also holds the sessions that started in the warm-up before the start,
-    # whose later events come now: the stream starts at its full rate
-    built_until = window_start - FOLLOW_WARMUP_S * 1000  # session starts built up to here
-    chunk = 0
-    ahead = {s: (np.empty(0, np.int64), np.empty(0, object)) for s in SOURCES}
+    stream = FollowStream(
+        spark,
+        params,
+        rate=rate,
+        users=users,
+        run=run,
+        start_ms=window_start,
+        chunk_ms=int(max(interval_s, FOLLOW_CHUNK_S) * 1000),
+    )
 
     def emit(until_ms: int | None) -> None:
         for source in SOURCES:
@@ -1203,45 +1277,15 @@ def follow(
             deadline = window_start + interval_s * 1000
             time.sleep(max(0.0, deadline / 1000 - time.time()))
             now = int(time.time() * 1000)
-            while built_until < now + interval_s * 1000:  # the next tick's records too
-                span_ms = max(chunk_ms, now - built_until)
-                records, _ = source_records(
-                    spark,
-                    Traffic(
-                        events=max(1, round(rate * span_ms / 1000)),
-                        start_ms=built_until,
-                        span_ms=span_ms,
-                        users=users,
-                        seed=params.seed,
-                        tag=f"{params.seed}:{run}:{chunk}",
-                        daily=False,
-                        keep_from_ms=window_start,
-                        jitter_s=FOLLOW_JITTER_S,
-                        conversion=params.conversion,
-                    ),
-                )
-                for source in SOURCES:
-                    event_ms, lines = records[source]
-                    ahead[source] = (
-                        np.concatenate([ahead[source][0], event_ms]),
-                        np.concatenate([ahead[source][1], np.array(lines, dtype=object)]),
-                    )
-                built_until += span_ms
-                chunk += 1
+            stream.build(now + int(interval_s * 1000))  # the next tick's records too
             n = 0
             for source in SOURCES:
-                event_ms, lines = ahead[source]
-                come = event_ms <= now
+                event_ms, lines = stream.take(source, now)
                 landed = inject_faults(
-                    source,
-                    event_ms[come],
-                    list(lines[come]),
-                    params,
-                    _rng(params.seed, run, source, tick),
+                    source, event_ms, list(lines), params, _rng(params.seed, run, source, tick)
                 )
-                ahead[source] = (event_ms[~come], lines[~come])
                 pending[source] = pending[source].extend(landed)
-                n += int(come.sum()) if source == "events" else 0
+                n += len(event_ms) if source == "events" else 0
             emit(now)
             tick += 1
             print(f"tick {tick}: {n} events up to {_iso(now)}", file=out, flush=True)

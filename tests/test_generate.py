@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from lakehouse import generate as gen
@@ -372,6 +373,23 @@ def test_follow_writes_small_files_with_current_times(spark, tmp_path):
         for _, line in _lines(tmp_path, source):
             if _classify(source, line) is None:
                 assert _time(json.loads(line)[field]) <= after, (source, line)
+
+
+def test_a_live_stream_runs_at_its_rate_from_its_start(spark):
+    # 28 % of a session's events come more than 15 minutes after its start: the sessions that
+    # began up to 2 hours before the start send their later events in the first minutes (with
+    # the old warm-up of 15 minutes, the stream began at 73 % of its rate)
+    rate, start = 100, 1_800_000_000_000
+    users = gen.default_users(rate * gen.SESSION_PERIOD_S, gen.SESSION_PERIOD_S / 3600)
+    stream = gen.FollowStream(
+        spark, _params(), rate=rate, users=users, run=0, start_ms=start, chunk_ms=60_000
+    )
+    stream.build(start + 600_000)
+    event_ms, lines = stream.take("events", start + 600_000)
+    assert event_ms.min() >= start and len(lines) == len(event_ms)
+    first = event_ms[event_ms < start + 600_000]
+    per_2_minutes = np.bincount((first - start) // 120_000, minlength=5).tolist()
+    assert all(0.95 * rate * 120 <= n <= 1.05 * rate * 120 for n in per_2_minutes), per_2_minutes
 
 
 @pytest.mark.parametrize(
