@@ -375,6 +375,7 @@ def test_follow_writes_small_files_with_current_times(spark, tmp_path):
                 assert _time(json.loads(line)[field]) <= after, (source, line)
 
 
+@pytest.mark.slow  # 2 hours of warm-up built: about 20 s, and the default suite is at its 15 minutes
 def test_a_live_stream_runs_at_its_rate_from_its_start(spark):
     # 28 % of a session's events come more than 15 minutes after its start: the sessions that
     # began up to 2 hours before the start send their later events in the first minutes (with
