@@ -1157,13 +1157,16 @@ class FollowStream:
         params: GenerateParams,
         *,
         rate: float,
-        users: int,
         run: int,
         start_ms: int,
         chunk_ms: int,
     ):
-        self.spark, self.params, self.rate, self.users, self.run = spark, params, rate, users, run
+        self.spark, self.params, self.rate, self.run = spark, params, rate, run
         self.start_ms, self.chunk_ms = start_ms, chunk_ms
+        # as many users as a steady stream at ``rate`` needs for the sessions of a period
+        self.users = params.users or default_users(rate * SESSION_PERIOD_S, SESSION_PERIOD_S / 3600)
+        # the warm-up's builds: at most FOLLOW_BUILD_MAX_EVENTS, at least a chunk
+        self.build_max_ms = max(chunk_ms, int(FOLLOW_BUILD_MAX_EVENTS / rate * 1000))
         self.built_until = start_ms - FOLLOW_WARMUP_S * 1000  # session starts built up to here
         self.chunk = 0
         self.ahead = {s: (np.empty(0, np.int64), np.empty(0, object)) for s in SOURCES}
@@ -1171,8 +1174,7 @@ class FollowStream:
     def build(self, until_ms: int) -> None:
         """Build the sessions that start before ``until_ms``."""
         while self.built_until < until_ms:
-            most_ms = max(self.chunk_ms, int(FOLLOW_BUILD_MAX_EVENTS / self.rate * 1000))
-            span_ms = min(max(self.chunk_ms, until_ms - self.built_until), most_ms)
+            span_ms = min(max(self.chunk_ms, until_ms - self.built_until), self.build_max_ms)
             records, _ = source_records(
                 self.spark,
                 Traffic(
@@ -1231,8 +1233,6 @@ def follow(
         raise GenerateError("--rate and --interval must be finite numbers more than 0")
     landing = Landing(root)
     run = _run_number(landing)
-    # as many users as a steady stream at ``rate`` needs for the sessions of a period
-    users = params.users or default_users(rate * SESSION_PERIOD_S, SESSION_PERIOD_S / 3600)
     pending = {s: Landed.empty() for s in SOURCES}
     tallies = {s: SourceTally() for s in SOURCES}
     entry: dict[str, Any] = {
@@ -1252,7 +1252,6 @@ def follow(
         spark,
         params,
         rate=rate,
-        users=users,
         run=run,
         start_ms=window_start,
         chunk_ms=int(max(interval_s, FOLLOW_CHUNK_S) * 1000),

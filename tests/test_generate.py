@@ -381,10 +381,7 @@ def test_a_live_stream_runs_at_its_rate_from_its_start(spark):
     # began up to 2 hours before the start send their later events in the first minutes (with
     # the old warm-up of 15 minutes, the stream began at 73 % of its rate)
     rate, start = 100, 1_800_000_000_000
-    users = gen.default_users(rate * gen.SESSION_PERIOD_S, gen.SESSION_PERIOD_S / 3600)
-    stream = gen.FollowStream(
-        spark, _params(), rate=rate, users=users, run=0, start_ms=start, chunk_ms=60_000
-    )
+    stream = gen.FollowStream(spark, _params(), rate=rate, run=0, start_ms=start, chunk_ms=60_000)
     stream.build(start + 600_000)
     event_ms, lines = stream.take("events", start + 600_000)
     assert event_ms.min() >= start and len(lines) == len(event_ms)
