@@ -1,4 +1,4 @@
-# make demo: set up (once) and run the main job on the native Delta backend (delta-spark).
+# make demo: set up (once) and run the main job (Delta tables through delta-spark).
 # make test: set up (once) and run the default test suite.
 SHELL := /bin/bash
 PYTHON ?= python3.11
@@ -31,8 +31,8 @@ $(STAMP): $(BIN)/python pyproject.toml
 	@touch $(STAMP)
 
 # JVM jars fetched with Maven from a pom, once, and again only when the pom changes:
-# $(call fetch_jars,POM,DIR,WHAT). Without Maven the Python side is still set up and the
-# embedded backend works; the native one, and the Kafka broker, say what to install.
+# $(call fetch_jars,POM,DIR,WHAT). Without Maven the Python side is still set up; the jobs, and
+# the Kafka broker, then say what to install (or set native.jars_packages: Spark fetches them).
 define fetch_jars
 	@if ! command -v mvn >/dev/null 2>&1; then \
 	  echo "warning: mvn not found: $(3) cannot be fetched; install Maven (e.g. apt-get install maven) and run make setup again"; \
@@ -47,9 +47,9 @@ define fetch_jars
 	fi
 endef
 
-# the native Delta backend (the default): delta-spark and Spark's Kafka connector
+# delta-spark and Spark's Kafka connector
 $(JARS_STAMP): jars/pom.xml
-	$(call fetch_jars,jars/pom.xml,$(JARS_DIR),the jars of the native Delta backend (the default; --backend embedded needs none))
+	$(call fetch_jars,jars/pom.xml,$(JARS_DIR),the jars of delta-spark and Spark's Kafka source)
 
 $(KAFKA_JARS_STAMP): jars/kafka/pom.xml
 	$(call fetch_jars,jars/kafka/pom.xml,$(KAFKA_JARS_DIR),the jars of the Kafka broker (lakehouse kafka start))

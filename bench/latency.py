@@ -1,7 +1,6 @@
 """Small micro-batch latency: each flow's median micro-batch, one landing file per batch.
 
-    python bench/latency.py [--events 8000] [--hours 2] [--backend native|embedded]
-        [--flows PREFIX ...] [--root DIR]
+    python bench/latency.py [--events 8000] [--hours 2] [--flows PREFIX ...] [--root DIR]
 
 Continuous mode and frequent schedules run small micro-batches, where fixed costs per batch
 dominate. This generates ``--events`` over ``--hours`` (default 8,000 over 2 hours: about 330
@@ -74,7 +73,6 @@ def main(argv=None) -> int:
     parser.add_argument("--events", type=int, default=8_000)
     parser.add_argument("--hours", type=float, default=2.0)
     parser.add_argument("--flows", nargs="*", default=[], help="flow name prefixes")
-    parser.add_argument("--backend", choices=["native", "embedded"], default="native")
     parser.add_argument("--root", default=str(Path(tempfile.gettempdir()) / "lakehouse-bench"))
     args = parser.parse_args(argv)
 
@@ -83,18 +81,18 @@ def main(argv=None) -> int:
     from lakehouse.runner import declared_layers, layer_flows, run_flows
     from lakehouse.session import build_session
 
-    root = Path(args.root) / f"latency-{args.backend}-{args.events}"
+    root = Path(args.root) / f"latency-{args.events}"
     shutil.rmtree(root, ignore_errors=True)
     settings = load_settings(
         "local",
-        overrides={"root": str(root), "backend": args.backend, "trigger.max_files_per_trigger": 1},
+        overrides={"root": str(root), "trigger.max_files_per_trigger": 1},
     )
     spark = build_session(settings, app_name="bench-latency")
     params = gen.params_from_settings(settings, events=args.events, hours=args.hours)
     gen.generate(spark, root, params, progress=lambda s: Progress(s, io.StringIO()))
     print(
         f"small micro-batches: {args.events:,} events over {args.hours:g} hours, one landing "
-        f"file or table version per micro-batch, {args.backend} backend, one flow at a time, "
+        "file or table version per micro-batch, one flow at a time, "
         "medians in seconds"
     )
     header = ["flow", "batches", "rows", "batch", *SPARK_PARTS, *STEP_PARTS]

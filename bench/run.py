@@ -8,10 +8,7 @@ under ``--root`` for the next run. Then, ``--runs`` rounds, each unit in its own
 on a fresh lake (inputs linked read-only from the base) in available-now mode:
 
 - ``bronze``, ``silver``, ``gold``: one layer on the base's input; ``gold.<flow>``: one gold
-  flow alone; ``pipeline``: ``run --layer all`` from the landing files; all on the native
-  backend (delta-spark), and ``embedded:bronze``, ``embedded:silver``, ``embedded:gold``,
-  ``embedded:pipeline`` the same on the embedded backend (delta-rs), on the same base (both
-  backends read each other's tables: they are standard Delta);
+  flow alone; ``pipeline``: ``run --layer all`` from the landing files;
 - ``floor.bronze``: the landing JSON read with the explicit schemas and written as Parquet in
   one batch job; ``floor.silver``: bronze rows deduplicated by id (and impressions left-joined
   to clicks within the hour) in batch; ``floor.gold``: the gold aggregations (session windows,
@@ -24,7 +21,7 @@ the unit's flows), peak memory of the whole process tree (Python driver, JVM, Py
 the processes' PSS, so pages the forked workers share count once), and
 the ratio to its reference: reference seconds / unit seconds (1.0 = as fast as the reference).
 References: bronze, silver, gold vs their floors; gold.sessions_custom vs gold.sessions; the
-pipeline vs the sum of the three floors; each ``embedded:`` unit as its native twin.
+pipeline vs the sum of the three floors.
 """
 
 from __future__ import annotations
@@ -51,7 +48,6 @@ from results import log_stats, machine, write_head  # noqa: E402
 from lakehouse.settings import load_settings  # noqa: E402
 
 MARK = "BENCH-RESULT "
-EMBEDDED = "embedded:"  # the prefix of a unit run on the embedded backend
 REFERENCES = {
     "bronze": "floor.bronze",
     "silver": "floor.silver",
@@ -59,9 +55,6 @@ REFERENCES = {
     "gold.sessions_custom": "gold.sessions",
     "pipeline": ("floor.bronze", "floor.silver", "floor.gold"),
 }
-REFERENCES.update(
-    {EMBEDDED + unit: REFERENCES[unit] for unit in ("bronze", "silver", "gold", "pipeline")}
-)
 
 
 def gold_flow_names() -> list[str]:
@@ -82,15 +75,14 @@ def all_units() -> list[str]:
         "gold",
         *gold_flow_names(),
         "pipeline",
-        *(EMBEDDED + unit for unit in ("bronze", "silver", "gold", "pipeline")),
     ]
 
 
 # ---- child: one unit in its own process -----------------------------------------------------
 
 
-def _settings(root: Path, backend: str = "native"):
-    return load_settings("local", overrides={"root": str(root), "backend": backend})
+def _settings(root: Path):
+    return load_settings("local", overrides={"root": str(root)})
 
 
 def _link(base: Path, work: Path, *relative: str) -> None:
@@ -220,9 +212,7 @@ def child(unit: str, root: Path, work: Path) -> dict:
     base = root / "base"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    backend = "embedded" if unit.startswith(EMBEDDED) else "native"
-    unit = unit.removeprefix(EMBEDDED)
-    settings, base_settings = _settings(work, backend), _settings(base)
+    settings, base_settings = _settings(work), _settings(base)
     if unit in ("bronze", "pipeline", "floor.bronze"):
         _link(base, work, "landing")
     elif unit in ("silver", "floor.silver"):

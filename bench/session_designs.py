@@ -87,9 +87,9 @@ def run_design(spark, settings, design: str) -> dict:
     from pyspark.sql import functions as F
 
     from gold import custom_sessions as cs
+    from lakehouse.checkpoints import app_id
     from lakehouse.runner import layer_flows, run_flows
     from lakehouse.storage import table_store
-    from lakehouse.storage.deltafiles import app_id_for_checkpoint
 
     store = table_store(spark, settings)
     for table in ("gold.sessions", "gold.sessions_custom", "gold.session_stats_hourly"):
@@ -122,7 +122,7 @@ def run_design(spark, settings, design: str) -> dict:
         app: list[str] = []
 
         def write(batch, batch_id):
-            app.append(app[0] if app else app_id_for_checkpoint(checkpoint))
+            app.append(app[0] if app else app_id(Path(checkpoint)))
             batch = batch.persist()
             if design == "merged":
                 emitted.append(batch.count())

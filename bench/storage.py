@@ -1,12 +1,11 @@
-"""Storage benchmark: native Delta (delta-spark) and embedded Delta (delta-rs) against Spark's
-own Parquet reader and writer, in one run.
+"""Storage benchmark: Delta (delta-spark) against Spark's own Parquet reader and writer, in one
+run.
 
-Writes N rows of the events schema (default 1,000,000) with ``df.write.parquet``, through
-delta-spark (``format("delta")``) and through the embedded backend (``format("deltalake")``),
-then reads each back in full (into Spark's no-op sink), the three interleaved in each round
-(and the native table a second time: delta-spark rebuilds a version's state once per session),
-median of 3 rounds (after one warm-up round), and prints rows/s and each Delta path's ratios
-to Parquet. Usage: python bench/storage.py [--rows N] [--runs 3]
+Writes N rows of the events schema (default 1,000,000) with ``df.write.parquet`` and through
+delta-spark (``format("delta")``), then reads each back in full (into Spark's no-op sink),
+interleaved in each round (and the Delta table a second time: delta-spark rebuilds a version's
+state once per session), median of 3 rounds (after one warm-up round), and prints rows/s and
+Delta's ratios to Parquet. Usage: python bench/storage.py [--rows N] [--runs 3]
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ def main() -> None:
     from lakehouse.session import build_session
     from lakehouse.settings import load_settings
 
-    settings = load_settings("local")  # native: delta-spark's jars on the classpath
+    settings = load_settings("local")
     spark = build_session(settings, app_name="bench-storage")
     work = Path(tempfile.mkdtemp(prefix="bench-storage-"))
     df = events(spark, args.rows).cache()
@@ -65,14 +64,11 @@ def main() -> None:
         reader.write.format("noop").mode("overwrite").save()
 
     def one_run(run: int) -> dict[str, float]:
-        paths = {kind: str(work / f"{kind}{run}") for kind in ("parquet", "native", "embedded")}
+        paths = {kind: str(work / f"{kind}{run}") for kind in ("parquet", "native")}
         times = {
             "parquet_write": timed(lambda: df.write.parquet(paths["parquet"])),
             "native_write": timed(
                 lambda: df.write.format("delta").mode("append").save(paths["native"])
-            ),
-            "embedded_write": timed(
-                lambda: df.write.format("deltalake").mode("append").save(paths["embedded"])
             ),
             "parquet_read": timed(lambda: noop(spark.read.parquet(paths["parquet"]))),
             "native_read": timed(lambda: noop(spark.read.format("delta").load(paths["native"]))),
@@ -80,12 +76,8 @@ def main() -> None:
             # list, from the log) once per session, then keeps it, as a long-running reader
             # (the SQL server, a continuous flow's downstream) sees it
             "native_reread": timed(lambda: noop(spark.read.format("delta").load(paths["native"]))),
-            "embedded_read": timed(
-                lambda: noop(spark.read.format("deltalake").load(paths["embedded"]))
-            ),
         }
         assert spark.read.format("delta").load(paths["native"]).count() == args.rows
-        assert spark.read.format("deltalake").load(paths["embedded"]).count() == args.rows
         return times
 
     results: dict[str, list[float]] = {}
@@ -115,7 +107,6 @@ def main() -> None:
     print(f"native storage ratios: {ratios('native')}")
     reread = medians["parquet_read"] / medians["native_reread"]
     print(f"native read of a version the session read before: read={reread:.2f}")
-    print(f"storage ratios: {ratios('embedded')}")  # the embedded backend, as before
 
 
 if __name__ == "__main__":

@@ -36,9 +36,26 @@ def _json(path: Path, line: int) -> dict:
 def query_id(checkpoint: Path) -> str | None:
     """The id of the query that runs on ``checkpoint``; None before its first start."""
     try:
-        return json.loads((checkpoint / "metadata").read_text())["id"]
+        return json.loads((Path(checkpoint) / "metadata").read_text().splitlines()[0])["id"]
     except FileNotFoundError:
         return None
+    except (IndexError, KeyError, ValueError):
+        raise CheckpointError(
+            f"the checkpoint at {checkpoint} is broken: its metadata file holds no query id; "
+            "rebuild the flow's tables on a new checkpoint with `lakehouse run --full-refresh "
+            "<one of its tables>`"
+        ) from None
+
+
+def app_id(checkpoint: Path) -> str:
+    """The Delta app id of the streaming query on ``checkpoint``, which its table commits
+    record with the batch id: ``lakehouse-<query id>``. The query id survives restarts on the
+    checkpoint and is new for a new checkpoint, even at the same path, so a stream restarted
+    from scratch is not mistaken for a replay of the old one."""
+    found = query_id(checkpoint)
+    if found is None:
+        raise RuntimeError(f"{checkpoint} is not the checkpoint of a started query")
+    return f"lakehouse-{found}"
 
 
 def _batch_files(folder: Path) -> dict[int, list[Path]]:

@@ -23,7 +23,8 @@ def common_parser() -> argparse.ArgumentParser:
     parser.add_argument("--root", help="lake root (settings key 'root')")
     parser.add_argument("--profile", help="settings profile (default: local or $LAKEHOUSE_PROFILE)")
     parser.add_argument("--config", help="settings file (default: conf/lakehouse.toml)")
-    parser.add_argument("--backend", choices=["embedded", "native"], help="table backend")
+    # retired: says so in one line (lakehouse.settings.RETIRED)
+    parser.add_argument("--backend", help=argparse.SUPPRESS)
     parser.add_argument(
         "-v",
         "--verbose",
@@ -60,11 +61,8 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     from lakehouse.maintain import maintain
 
     settings = settings_from_args(args)
-    if settings.backend == "native":
-        with spark_session(settings, "lakehouse-maintain") as spark:
-            reports = maintain(settings, args.table or None, spark)
-    else:
-        reports = maintain(settings, args.table or None)
+    with spark_session(settings, "lakehouse-maintain") as spark:
+        reports = maintain(settings, args.table or None, spark)
     if not reports:
         print(f"no tables under {settings.root / 'tables'}")
         return 0
@@ -362,7 +360,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             f"--driver-java-options -Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
         )
         if jars:
-            print(f"native backend jars copied to {code.parent / 'jars'} ({len(jars)} files)")
+            print(f"delta-spark jars copied to {code.parent / 'jars'} ({len(jars)} files)")
             submit += " --jars " + ",".join(str(j) for j in jars)
         print(f"submit with: {submit} jobs/<layer>.py --root <lake root>")
         return 0

@@ -175,13 +175,10 @@ def status(settings: Settings, master_ui: int = 8080) -> dict:
 
 
 def package_jars(settings: Settings, dest: Path) -> list[Path]:
-    """Copy the native backend's jars (lakehouse.jars) into folder ``dest`` for
-    ``spark-submit --jars``: the driver and every executor load Delta from them. [] on the
-    embedded backend."""
+    """Copy the project's jars (lakehouse.jars) into folder ``dest`` for ``spark-submit
+    --jars``: the driver and every executor load Delta from them."""
     from lakehouse.jars import native_jars
 
-    if settings.backend != "native":
-        return []
     dest.mkdir(parents=True, exist_ok=True)
     copied = []
     for jar in native_jars(settings):

@@ -100,7 +100,7 @@ class Output:
     # written in files in this column's order (lakehouse.storage.timeorder), so a reader
     # admitting a few files at a time does not see later hours first
     event_time: str | None = None
-    # columns `lakehouse maintain` Z-orders the table's files by on the native backend (what
+    # columns `lakehouse maintain` Z-orders the table's files by (what
     # BI queries filter on), so file statistics let a reader skip most files
     zorder_by: tuple[str, ...] = ()
     # how the proof computes the table independently (gold tables; bronze and silver are

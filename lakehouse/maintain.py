@@ -1,8 +1,7 @@
 """``lakehouse maintain``: compact small files, checkpoint the log, vacuum old files.
 
-On the native backend through delta-spark (``OPTIMIZE``, Z-ordered by the columns a table
-declares in ``Output.zorder_by``; a log checkpoint; ``VACUUM``), on the embedded one through
-delta-rs. Safe beside running streams: compaction commits with ``dataChange=false`` (stream
+With delta-spark: ``OPTIMIZE`` (Z-ordered by the columns a table declares in
+``Output.zorder_by``), a log checkpoint, ``VACUUM``. Safe beside running streams: compaction commits with ``dataChange=false`` (stream
 readers skip it) and does not conflict with appends, and vacuum only deletes files unreferenced
 for longer than the retention, far longer than a micro-batch between writing its files and
 committing them.
@@ -48,36 +47,6 @@ def lake_tables(settings: Settings) -> Iterator[tuple[str, Path]]:
                 yield f"{layer}.{path.name}", path
 
 
-def maintain_table(name: str, path: Path, settings: Settings) -> MaintenanceReport:
-    table = dfiles.open_table(path)
-    before_version = table.version()
-    before_files = len(table.file_uris())
-    target = settings.maintenance.target_file_size_mb * 1024 * 1024
-    compacted = table.optimize.compact(target_size=target)
-    table = dfiles.open_table(path)
-    table.create_checkpoint()
-    retention = settings.maintenance.vacuum_retention_hours
-    vacuumed = table.vacuum(
-        retention_hours=retention,
-        dry_run=False,
-        # a retention under delta's 7-day floor is an explicit choice in the settings
-        enforce_retention_duration=retention >= 168,
-        # also files no commit ever referenced: a write that crashed before its commit
-        full=True,
-    )
-    _remove_empty_folders(path)
-    table = dfiles.open_table(path)
-    return MaintenanceReport(
-        table=name,
-        version_before=before_version,
-        version_after=table.version(),
-        files_before=before_files,
-        files_after=len(table.file_uris()),
-        files_compacted=int(compacted.get("numFilesRemoved", 0)),
-        files_vacuumed=len(vacuumed),
-    )
-
-
 def _remove_empty_folders(root: Path) -> None:
     """Folders emptied by the vacuum (a crashed write's staging folder, an old partition)."""
     for folder, _dirs, _files in os.walk(root, topdown=False):
@@ -99,7 +68,7 @@ def zorder_columns() -> dict[str, tuple[str, ...]]:
     }
 
 
-def maintain_native(
+def maintain_table(
     spark: SparkSession, name: str, path: Path, settings: Settings, zorder_by: tuple[str, ...]
 ) -> MaintenanceReport:
     """OPTIMIZE (Z-ORDER BY ``zorder_by`` when given), a log checkpoint and VACUUM, with
@@ -164,9 +133,9 @@ def _data_files_on_disk(root: Path) -> set[str]:
 
 
 def maintain(
-    settings: Settings, tables: list[str] | None = None, spark: SparkSession | None = None
+    settings: Settings, tables: list[str] | None, spark: SparkSession
 ) -> list[MaintenanceReport]:
-    """Maintain every table of the lake (or ``tables``). The native backend needs ``spark``."""
+    """Maintain every table of the lake (or ``tables``)."""
     found = dict(lake_tables(settings))
     if tables:
         missing = [t for t in tables if t not in found]
@@ -176,12 +145,8 @@ def maintain(
                 f"found: {', '.join(found) or 'none'}"
             )
         found = {t: found[t] for t in tables}
-    if settings.backend == "native":
-        if spark is None:
-            raise ValueError("maintenance on the native backend needs a Spark session")
-        zorder = zorder_columns()
-        return [
-            maintain_native(spark, name, path, settings, zorder.get(name, ()))
-            for name, path in found.items()
-        ]
-    return [maintain_table(name, path, settings) for name, path in found.items()]
+    zorder = zorder_columns()
+    return [
+        maintain_table(spark, name, path, settings, zorder.get(name, ()))
+        for name, path in found.items()
+    ]

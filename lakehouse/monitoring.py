@@ -112,20 +112,6 @@ def progress_rows(progress: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def append_rows(root: str, schema: pa.Schema, rows: list[dict[str, Any]], operation: str) -> None:
-    """Append ``rows`` to the Delta table at ``root`` (created with ``schema`` if missing)."""
-    table = pa.Table.from_pylist(rows, schema=schema)
-    writer = dfiles.DataFileWriter(root, schema)
-    try:
-        for batch in table.to_batches():
-            writer.write(batch)
-        files = writer.close()
-    except BaseException:
-        writer.abort()
-        raise
-    dfiles.commit_files(root, files, schema, operation=operation)
-
-
 def recorded_batches(settings: Settings, since: dict[str, int]) -> dict[str, set[int]]:
     """The micro-batches ops.stream_progress holds of the queries in ``since`` (query id: first
     batch id of interest), as batch ids per query id. Only the files whose statistics can hold
@@ -192,11 +178,11 @@ class ProgressRecorder:
         self.last_mark: dict[str, Any] = {}  # per flow, the mark last recorded
 
     def record(self, progress: dict[str, Any]) -> None:
-        append_rows(self.root, SCHEMA, progress_rows(progress), "STREAM PROGRESS")
+        dfiles.append_rows(self.root, SCHEMA, progress_rows(progress))
         flow = progress.get("name")
         rows = completeness_rows(progress, self.marks.get(flow, []))
         if rows and self.last_mark.get(flow) != rows[0]["complete_through"]:
-            append_rows(self.completeness, COMPLETENESS_SCHEMA, rows, "COMPLETENESS")
+            dfiles.append_rows(self.completeness, COMPLETENESS_SCHEMA, rows)
             self.last_mark[flow] = rows[0]["complete_through"]
 
     def on_progress(self, progress_json: str) -> None:
@@ -228,6 +214,6 @@ def record_runs(settings: Settings, rows: list[dict[str, Any]]) -> None:
     """Append one row per flow of a run to ops.runs (see RUNS_SCHEMA)."""
     try:
         root = str(settings.table_path(RUNS_TABLE).absolute())
-        append_rows(root, RUNS_SCHEMA, rows, "RUNS")
+        dfiles.append_rows(root, RUNS_SCHEMA, rows)
     except Exception as exc:  # monitoring must never break a flow
         log.warning("could not record the run in %s: %s", RUNS_TABLE, exc)

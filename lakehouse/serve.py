@@ -3,9 +3,8 @@ lake's tables, for BI tools and ``beeline``.
 
 The server runs inside this command's Spark driver, started on its session after every table
 is registered under its ``layer.table`` name (:mod:`lakehouse.sql`). Every connection shares
-that session (``spark.sql.hive.thriftServer.singleSession``): the tables of the embedded
-backend are read through Python data sources registered on the session, which a fresh
-session per connection would not have. It binds to ``sql.host`` (127.0.0.1 by default) and
+that session (``spark.sql.hive.thriftServer.singleSession``), whose in-memory catalog holds
+the registrations. It binds to ``sql.host`` (127.0.0.1 by default) and
 ``sql.port`` and serves until interrupted (Ctrl-C or SIGTERM).
 """
 

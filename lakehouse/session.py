@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import IO, TYPE_CHECKING
 
-from lakehouse.jars import LOG4J_CONFIG, NativeJarsMissing, kafka_connector_jars, native_jars
+from lakehouse.jars import LOG4J_CONFIG, NativeJarsMissing, native_jars
 from lakehouse.javacheck import check_java
 from lakehouse.settings import Settings
 
@@ -43,12 +43,6 @@ def session_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
         ),
         "spark.sql.streaming.minBatchesToRetain": str(store.min_batches_to_retain),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
-        # Off on purpose: in Spark 4.2.0 the read plan made while pushing a query's filters
-        # into a Python data source is kept on the DataFrame's shared source object, and a
-        # later action on the same DataFrame without filters reuses it and silently reads only
-        # the files the earlier filter kept (fixed upstream by scoping it to the scan). The
-        # embedded reader can prune files by partition values and statistics when it is on.
-        "spark.sql.python.filterPushdown.enabled": "false",
         # A JSON line with a repeated key must not fail a whole micro-batch with a duplicate
         # map key error in map functions (bronze reads the first value of a repeated key).
         "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
@@ -73,16 +67,13 @@ def session_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
         conf["spark.pyspark.python"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
-    if settings.backend == "native":
-        conf.update(native_delta_conf(settings, submitted))
-    elif settings.bronze.source == "kafka" and not submitted:
-        conf["spark.jars"] = ",".join(kafka_connector_jars(settings))
+    conf.update(delta_conf(settings, submitted))
     conf.update(settings.spark_conf)
     return conf
 
 
-def native_delta_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
-    """Classpath, extensions and catalog of delta-spark (the native backend). Under
+def delta_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
+    """Classpath, extensions and catalog of delta-spark (and the jars of Spark's Kafka source). Under
     spark-submit the jars come with --jars (the job's code may come from a zip, with no jar
     folder beside it): a missing folder is then not an error here, and a JVM without Delta is
     reported by the table store in one line."""
@@ -114,7 +105,7 @@ def build_session(
     settings: Settings, app_name: str | None = None, extra_conf: dict[str, str] | None = None
 ) -> SparkSession:
     """Build (or return the active) SparkSession for these settings (plus ``extra_conf``, for
-    what one command needs) and register the ``deltalake`` data source on it."""
+    what one command needs)."""
     check_java()
     if settings.master.startswith("local"):
         # Spark's Python workers (data source planning among them) read this variable.
@@ -140,9 +131,6 @@ def build_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.log_level)
-    from lakehouse.storage.delta_source import DeltaLakeDataSource
-
-    spark.dataSource.register(DeltaLakeDataSource)
     return spark
 
 

@@ -25,7 +25,15 @@ from typing import Any, get_args, get_origin, get_type_hints
 from lakehouse.errors import LakehouseError
 
 LAYERS = ("bronze", "silver", "gold", "ops")
-BACKENDS = ("embedded", "native")
+# Settings that existed once and are gone: a value that asks for what they did fails in one
+# line saying so; the harmless value (what the project does now anyway) is ignored
+RETIRED = {
+    "backend": (
+        "native",
+        "the embedded Delta backend (delta-rs) is gone: every table is read and written with "
+        "delta-spark; remove the setting 'backend'",
+    ),
+}
 TRIGGERS = ("available-now", "continuous")
 STATE_STORES = ("rocksdb", "hdfs")
 ENV_PREFIX = "LAKEHOUSE_"
@@ -193,7 +201,6 @@ class SchedulerSettings:
 class Settings:
     profile: str = "local"
     root: Path = Path("./lakehouse-data")
-    backend: str = "native"
     master: str = "local[*]"
     app_name: str = "lakehouse"
     shuffle_partitions: int = 4
@@ -348,6 +355,8 @@ def _as_dict(obj: Any) -> dict[str, Any]:
 def _deep_merge(target: dict[str, Any], source: Mapping[str, Any], prefix: str) -> None:
     for key, value in source.items():
         dotted = prefix + key
+        if _retired(dotted, value):
+            continue
         if key not in target:
             raise SettingsError(_unknown_key(dotted, target))
         if isinstance(target[key], dict) and key != "spark_conf":
@@ -363,6 +372,8 @@ def _deep_merge(target: dict[str, Any], source: Mapping[str, Any], prefix: str) 
 
 
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any, source: str | None = None) -> None:
+    if _retired(dotted, value, source):
+        return
     parts = dotted.split(".")
     node = data
     for i, part in enumerate(parts):
@@ -381,12 +392,22 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any, source: str | Non
             node = node[part]
 
 
+def _retired(dotted: str, value: Any, source: str | None = None) -> bool:
+    """Whether ``dotted`` is a retired setting (:data:`RETIRED`): True to ignore it, an error
+    when its value asks for what is gone."""
+    if dotted not in RETIRED:
+        return False
+    harmless, message = RETIRED[dotted]
+    if str(value).strip().lower() != harmless:
+        raise SettingsError(f"{message} (from {source})" if source else message)
+    return True
+
+
 def _unknown_key(dotted: str, siblings: Mapping[str, Any]) -> str:
     return f"unknown setting {dotted!r}; allowed here: {', '.join(sorted(siblings))}"
 
 
 _CHOICES = {
-    "backend": BACKENDS,
     "trigger.mode": TRIGGERS,
     "state_store.provider": STATE_STORES,
     "log_level": ("ERROR", "WARN", "INFO", "DEBUG"),

@@ -3,8 +3,7 @@ each gold table a view ``layer.table_final`` of its final rows (see :func:`final
 
 ``lakehouse sql "SELECT ..."`` runs one statement and prints its result as a table, CSV or
 JSON lines; the Thrift JDBC/ODBC server registers the same tables. Each layer is a database of
-the session catalog and each table an external table over its folder, read through the
-backend the settings choose (``deltalake`` for embedded, ``delta`` for native).
+the session catalog and each table an external Delta table over its folder.
 """
 
 from __future__ import annotations
@@ -33,43 +32,14 @@ class SqlError(LakehouseError, ValueError):
     """A statement Spark could not analyse or run: its own message, on one line."""
 
 
-def _table_source(name: str, path: str) -> type:
-    """The ``deltalake`` data source of one table, under a name of its own. Spark 4.2 passes
-    no options (not even the path) to a Python data source behind a catalog table, so each
-    table gets a source that knows its path."""
-    from lakehouse.storage.delta_source import DeltaLakeDataSource
-
-    source_name = "lakehouse_" + name.replace(".", "__")
-
-    class TableSource(DeltaLakeDataSource):
-        @classmethod
-        def name(cls) -> str:
-            return source_name
-
-        def __init__(self, options):
-            super().__init__({**options, "path": path, "tableName": name})
-
-    return TableSource
-
-
 def register_tables(spark: SparkSession, settings: Settings) -> list[str]:
     """Register every table of the lake as ``layer.table``; the names registered."""
-    native = None
-    if settings.backend == "native":
-        from lakehouse.storage import NativeStore
+    from lakehouse.storage import table_store
 
-        native = NativeStore(spark, settings)
+    store = table_store(spark, settings)
     names = []
-    for name, path in lake_tables(settings):
-        if native is not None:
-            native.register(name)
-        else:
-            layer, table = name.split(".")
-            spark.sql(f"CREATE DATABASE IF NOT EXISTS `{layer}`")
-            spark.sql(f"DROP TABLE IF EXISTS `{layer}`.`{table}`")
-            source = _table_source(name, str(path.absolute()))
-            spark.dataSource.register(source)
-            spark.sql(f"CREATE TABLE `{layer}`.`{table}` USING {source.name()}")
+    for name, _path in lake_tables(settings):
+        store.register(name)
         names.append(name)
     return names + final_views(spark, names)
 

@@ -20,16 +20,9 @@ def spark(tmp_path_factory):
 
 
 @pytest.fixture
-def backend(request):
-    """The table backend of a test: native (the default), or embedded for a test marked so.
-    A module that proves a contract of both overrides this fixture with both as params."""
-    return "embedded" if request.node.get_closest_marker("embedded") else "native"
-
-
-@pytest.fixture
-def settings(tmp_path, backend):
-    """Test-profile settings with a fresh lake root per test, on the test's backend."""
-    return load_settings("test", overrides={"root": str(tmp_path / "lake"), "backend": backend})
+def settings(tmp_path):
+    """Test-profile settings with a fresh lake root per test."""
+    return load_settings("test", overrides={"root": str(tmp_path / "lake")})
 
 
 @pytest.fixture

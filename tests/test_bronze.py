@@ -354,8 +354,6 @@ def test_rerun_adds_only_the_new_lines(spark, settings, store):
         "after-write:bronze.events",  # bronze.events has the batch, the quarantine does not
         "before-commit:bronze.events",  # nothing committed yet
         "before-commit:bronze.quarantine",
-        # the embedded writer's files written, not committed: a crash mid-commit
-        pytest.param("before-commit:bronze.events", marks=pytest.mark.embedded, id="embedded"),
     ],
 )
 def test_crash_inside_a_micro_batch_then_rerun_writes_each_row_once(

@@ -135,8 +135,8 @@ def test_sigterm_during_a_micro_batch_lets_it_commit(spark, settings):
 
 
 def test_ctrl_c_cuts_an_available_now_run_short_after_the_micro_batch(spark, settings):
-    """Ctrl-C while silver.events reads bronze through Python workers (the embedded Delta
-    source) lets its micro-batch commit, exits 130 and starts no gold flow."""
+    """Ctrl-C while silver.events runs its first micro-batch lets the batch commit, exits 130
+    and starts no gold flow."""
     _generate(spark, settings, events=60_000)
     with _start(settings, layer="all", trigger="available-now") as run:
         out, err = _stopped_in_first_batch(run, settings, signal.SIGINT, flow="silver.events")

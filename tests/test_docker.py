@@ -117,7 +117,7 @@ def test_the_dockerfile_ships_what_the_image_runs():
     for package in re.findall(r'"(\w+)\*"', packages):
         assert text.index(f"COPY {package} ") < install_at, package
     assert "FROM python:3.11" in text and "openjdk-17" in text
-    # the native backend's jars come from the project's own pom, as with `make setup`, into
+    # delta-spark's jars come from the project's own pom, as with `make setup`, into
     # the folder the image's settings point at
     assert "COPY jars/pom.xml ./jars/pom.xml" in text
     assert "-f jars/pom.xml dependency:copy-dependencies" in text

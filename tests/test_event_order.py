@@ -7,9 +7,9 @@ reader admitting a few files of a micro-batch that spanned hours met the latest 
 its watermark then dropped the earlier ones.
 
 The lakes are built as a tree: one bronze lake per bronze admission, copied into one silver lake
-per silver admission, each copied for every gold admission. The CI runs 9 combinations on
-native (a Latin square: every pair of two layers' admissions once) and 3 on embedded (the same
-admission in every layer), marker ``slow``; the other 42 run with ``make test-matrix``.
+per silver admission, each copied for every gold admission. The CI runs 9 combinations (a Latin
+square: every pair of two layers' admissions once), marker ``slow``; the other 18 run with
+``make test-matrix``.
 """
 
 from __future__ import annotations
@@ -36,24 +36,19 @@ ROWS_PER_FILE = 300  # several files per micro-batch even on this small dataset
 STOP_AFTER = 3  # gold micro-batches committed (over all its flows) before the stop
 
 
-def _in_ci(backend: str, b: int, s: int, g: int) -> bool:
-    """On native a Latin square (every pair of two layers' admissions once), on embedded the
-    diagonal but its one-file case (each layer all at once, a few files at a time; one file
-    at a time, the slowest case, is in the native square and `make test-matrix`)."""
-    return g == (b + s) % 3 if backend == "native" else b == s == g != 1
+def _in_ci(b: int, s: int, g: int) -> bool:
+    """A Latin square: every pair of two layers' admissions once."""
+    return g == (b + s) % 3
 
 
 COMBINATIONS = [
     pytest.param(
-        backend,
         b,
         s,
         g,
-        marks=[pytest.mark.slow if _in_ci(backend, *idx) else pytest.mark.matrix]
-        + ([pytest.mark.embedded] if backend == "embedded" else []),
-        id=f"{backend}-bronze_{b}-silver_{s}-gold_{g}",
+        marks=[pytest.mark.slow if _in_ci(*idx) else pytest.mark.matrix],
+        id=f"bronze_{b}-silver_{s}-gold_{g}",
     )
-    for backend in ("native", "embedded")
     for idx in itertools.product(range(3), repeat=3)
     for b, s, g in [tuple(list(ADMISSIONS)[i] for i in idx)]
 ]
@@ -81,16 +76,15 @@ class _StopAfter(StopRequest):
 
 @pytest.fixture(scope="module")
 def lakes(spark, tmp_path_factory):
-    """``lake(backend, b, s)``: the silver lake of that branch of the tree (built once)."""
+    """``lake(b, s)``: the silver lake of that branch of the tree (built once)."""
     base = tmp_path_factory.mktemp("order")
     built: dict[tuple, Path] = {}
     template = load_settings("test")
 
-    def settings_for(root: Path, backend: str, admission: str) -> Settings:
+    def settings_for(root: Path, admission: str) -> Settings:
         return template.with_overrides(
             {
                 "root": str(root),
-                "backend": backend,
                 "write.rows_per_file": ROWS_PER_FILE,
                 "trigger.max_files_per_trigger": ADMISSIONS[admission],
             }
@@ -99,7 +93,7 @@ def lakes(spark, tmp_path_factory):
     def landing() -> Path:
         if "landing" not in built:
             root = base / "landing"
-            settings = settings_for(root, "native", "all")
+            settings = settings_for(root, "all")
             params = gen.params_from_settings(
                 settings,
                 events=700,
@@ -116,29 +110,27 @@ def lakes(spark, tmp_path_factory):
             built["landing"] = root
         return built["landing"]
 
-    def layer(key: tuple, source: Path, backend: str, admission: str, name: str) -> Path:
+    def layer(key: tuple, source: Path, admission: str, name: str) -> Path:
         if key not in built:
             root = base / "-".join(key)
             shutil.copytree(source, root)
-            run_layers(spark, settings_for(root, backend, admission), [name], out=io.StringIO())
+            run_layers(spark, settings_for(root, admission), [name], out=io.StringIO())
             built[key] = root
         return built[key]
 
-    def lake(backend: str, b: str, s: str) -> tuple[Path, object]:
-        bronze = layer((backend, b), landing(), backend, b, "bronze")
-        return layer((backend, b, s), bronze, backend, s, "silver"), settings_for
+    def lake(b: str, s: str) -> tuple[Path, object]:
+        bronze = layer((b,), landing(), b, "bronze")
+        return layer((b, s), bronze, s, "silver"), settings_for
 
     return lake
 
 
-@pytest.mark.parametrize(("backend", "b", "s", "g"), COMBINATIONS)
-def test_no_on_time_row_is_dropped_whatever_each_layer_admits(
-    spark, lakes, tmp_path, backend, b, s, g
-):
-    silver_lake, settings_for = lakes(backend, b, s)
+@pytest.mark.parametrize(("b", "s", "g"), COMBINATIONS)
+def test_no_on_time_row_is_dropped_whatever_each_layer_admits(spark, lakes, tmp_path, b, s, g):
+    silver_lake, settings_for = lakes(b, s)
     root = tmp_path / "lake"
     shutil.copytree(silver_lake, root)
-    settings = settings_for(root, backend, g)
+    settings = settings_for(root, g)
 
     stop = _StopAfter(settings, STOP_AFTER)
     reports = run_flows(spark, settings, layer_flows("gold"), out=io.StringIO(), stop=stop)

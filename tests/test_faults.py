@@ -39,6 +39,8 @@ KILLS_PER_LAYER = 4  # 12 kills in all
 # batches of one silver version took half of the test's 16 minutes)
 FILES_PER_TRIGGER = {"bronze": 1, "silver": 1, "gold": 2}
 SEED = 20261123
+# the gold flows whose transformWithStateInPandas processor starts a driver-side Python worker
+TWS_FLOWS = ("gold.purchase_alerts", "gold.sessions_custom")
 
 
 def _submit(
@@ -46,7 +48,6 @@ def _submit(
     root: Path,
     log,
     python: str = sys.executable,
-    backend: str = "native",
     conf: tuple[str, ...] = (),
 ) -> subprocess.Popen:
     """spark-submit of the layer's job; ``conf``: settings as KEY=VALUE."""
@@ -68,8 +69,6 @@ def _submit(
         "available-now",
         "--max-files-per-trigger",
         str(FILES_PER_TRIGGER[layer]),
-        "--backend",
-        backend,
         *conf,
     ]
     env = {**os.environ, "PYSPARK_PYTHON": python}
@@ -211,15 +210,14 @@ def test_bronze_killed_while_reading_kafka_loses_and_duplicates_nothing(
     assert report.getvalue().splitlines()[-1] == ALL_EQUAL
 
 
-@pytest.mark.embedded  # its Delta source plans in a Python process; delta-spark's in the JVM
 def test_a_flow_whose_python_worker_is_late_to_connect_back_is_restarted(
     spark, settings, tmp_path, shuffle_partitions
 ):
     """Spark gives a Python process it starts in the driver 10 seconds to connect back; on a
     busy machine one can miss that ("Python worker failed to connect back") and fail its flow.
-    Here the first Python planner of an embedded Delta source waits 12 s before it starts: the
-    gold job restarts that flow from its checkpoint, and every table still equals its batch
-    computation."""
+    Here the first driver-side worker of a transformWithStateInPandas flow waits 12 s before
+    it starts: the gold job restarts that flow from its checkpoint, and every table still
+    equals its batch computation."""
     params = gen.params_from_settings(
         settings, events=600, hours=1.0, late_fraction=0.0, users=20, seed=SEED
     )
@@ -229,19 +227,20 @@ def test_a_flow_whose_python_worker_is_late_to_connect_back_is_restarted(
     late = tmp_path / "late-python"
     late.write_text(
         "#!/bin/sh\n"
-        # mkdir is atomic: only the first planner started by the job waits
-        f'if [ "$2" = pyspark.sql.streaming.python_streaming_source_runner ] '
+        # mkdir is atomic: only the first driver-side worker started by the job waits
+        f'if [ "$2" = pyspark.sql.streaming.transform_with_state_driver_worker ] '
         f"&& mkdir {tmp_path / 'waited'} 2>/dev/null; then sleep 12; fi\n"
         f'exec {sys.executable} "$@"\n'
     )
     late.chmod(0o755)
     with open(tmp_path / "gold.log", "w+") as log:
-        job = _submit("gold", settings.root, log, python=str(late), backend="embedded")
+        job = _submit("gold", settings.root, log, python=str(late))
         assert job.wait(timeout=600) == 0, _read(log)[-6000:]
         text = _read(log)
-    assert (tmp_path / "waited").is_dir(), "the job started no source planner"
-    # flows start one after the other, in declaration order: the first one's planner is late
-    first = layer_flows("gold")[0].name
+    assert (tmp_path / "waited").is_dir(), "the job started no driver-side worker"
+    # flows start one after the other, in declaration order: the first one with a
+    # transformWithStateInPandas processor is late
+    first = next(f.name for f in layer_flows("gold") if f.name in TWS_FLOWS)
     assert [line for line in text.splitlines() if "restarting" in line] == [
         f"flow {first}: Python worker failed to connect back. (the machine was too busy); "
         "restarting it from its checkpoint (1 of 2)"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 
 import pandas as pd
-import pytest
 
 from lakehouse import generate as gen
 from lakehouse.progress import Progress
@@ -40,20 +39,9 @@ def _same(found: pd.DataFrame, expected: pd.DataFrame, name: str, some: bool = T
     )
 
 
-@pytest.mark.parametrize(
-    "backend",
-    [
-        "native",
-        # the whole pipeline on the embedded backend too: both give the reference's tables
-        # (with the event-order matrix, `make test-matrix`, to keep CI near an hour; the
-        # storage contract runs both backends in the default suite, and the slow suite runs
-        # the event-order diagonal on embedded)
-        pytest.param("embedded", marks=[pytest.mark.embedded, pytest.mark.matrix]),
-    ],
-)
-def test_gold_tables_equal_their_batch_computation(spark, settings, store, backend):
+def test_gold_tables_equal_their_batch_computation(spark, settings, store):
     """Two deliveries of 4 hours, each layer reading a delivery in one micro-batch (every job
-    stops after the first and restarts from its checkpoints), on each backend; each gold
+    stops after the first and restarts from its checkpoints); each gold
     table's complete-through mark after each delivery. (Other micro-batch sizes, with a stop
     inside gold: test_event_order.)"""
     assert pd.Timedelta(seconds=duration_seconds(settings.watermarks.events)) == EVENTS_LATENESS

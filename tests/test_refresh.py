@@ -11,13 +11,13 @@ import pytest
 
 from bronze.sources import table_schema
 from lakehouse import generate as gen
-from lakehouse.checkpoints import CheckpointError
+from lakehouse.checkpoints import CheckpointError, app_id
 from lakehouse.cli import main
 from lakehouse.progress import Progress
 from lakehouse.refresh import downstream, flows_writing, refresh
 from lakehouse.runner import FlowFailed, layer_flows, run_flows, run_layers
 from lakehouse.status import read_table
-from lakehouse.storage.deltafiles import app_id_for_checkpoint, open_table
+from lakehouse.storage.deltafiles import open_table
 from lakehouse.storage.store import FAILPOINT_ENV
 
 
@@ -54,7 +54,7 @@ def test_a_refreshed_table_is_what_it_was_and_a_broken_checkpoint_is_mended(spar
     before = _rows(settings, "gold.sessions")
     assert len(before) == 47  # (the seed fixes it: not an empty comparison)
     checkpoint = settings.checkpoint_path("gold", "sessions")
-    old_query = app_id_for_checkpoint(checkpoint)
+    old_query = app_id(checkpoint)
     table = settings.table_path("gold.sessions")
     version = open_table(table).version()
 
@@ -64,7 +64,7 @@ def test_a_refreshed_table_is_what_it_was_and_a_broken_checkpoint_is_mended(spar
     assert "  gold.sessions: its checkpoint is the rebuilt one; its next run goes on from it" in out
     assert not any(line.startswith("tables built from the rebuilt ones") for line in out)
     assert _rows(settings, "gold.sessions") == before
-    assert app_id_for_checkpoint(checkpoint) != old_query  # a new checkpoint, in its place
+    assert app_id(checkpoint) != old_query  # a new checkpoint, in its place
     # the table switched in one commit: a reader saw the old rows until then
     assert open_table(table).version() == version + 1
     assert not any((settings.root / "refresh").iterdir())
@@ -176,9 +176,6 @@ def test_a_refresh_asked_wrongly_gets_one_line(settings, capsys, args, message):
     assert len(out) == 1 and message in out[0], out
 
 
-@pytest.mark.parametrize(
-    "backend", ["native", pytest.param("embedded", marks=pytest.mark.embedded)], indirect=True
-)
 def test_a_table_whose_columns_changed_is_rebuilt_with_its_new_schema(
     spark, store, settings, capsys
 ):

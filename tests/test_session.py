@@ -11,16 +11,15 @@ from lakehouse.session import ROCKSDB_PROVIDER, session_conf
 
 
 def test_session_conf_from_settings(settings):
-    conf = session_conf(settings.with_overrides({"shuffle_partitions": 7, "backend": "embedded"}))
+    conf = session_conf(settings.with_overrides({"shuffle_partitions": 7}))
     assert conf["spark.sql.session.timeZone"] == "UTC"
     assert conf["spark.sql.shuffle.partitions"] == "7"
     assert conf["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
     assert conf["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] == "true"
-    assert "spark.sql.extensions" not in conf  # embedded backend: no delta-spark
 
 
-def test_native_backend_adds_delta_spark(settings, tmp_path):
-    conf = session_conf(settings)  # native is the default
+def test_session_has_delta_spark(settings, tmp_path):
+    conf = session_conf(settings)
     jars = conf["spark.jars"].split(",")
     assert jars == sorted(str(p) for p in DEFAULT_JARS_DIR.glob("*.jar"))
     assert any(Path(j).name == "delta-spark_4.2_2.13-4.4.0.jar" for j in jars)
@@ -44,7 +43,7 @@ def test_missing_jars_say_what_to_do(settings, tmp_path, monkeypatch):
         session_conf(settings)
     message = str(err.value)
     assert "make setup" in message and "apt-get install maven" in message
-    assert "--backend embedded" in message and "\n" not in message
+    assert "native.jars_packages" in message and "\n" not in message
     # a machine without the jars may let Spark resolve them itself, if told to
     packages = settings.with_overrides(
         {"native.jars_packages": "io.delta:delta-spark_4.2_2.13:4.4.0"}

@@ -47,7 +47,6 @@ def test_lake_layout():
             {},
             "unknown setting 'trigger.mod'; allowed here: interval, max_files_per_trigger, mode",
         ),
-        ({"backend": "s3"}, {}, "setting 'backend' must be one of embedded, native; got 's3'"),
         (
             {"trigger.mode": "once"},
             {},
@@ -79,11 +78,38 @@ def test_unknown_profile_and_file_errors(tmp_path):
     ):
         load_settings("prod", config_path=CONF, env={})
     bad = tmp_path / "bad.toml"
-    bad.write_text("[defaults]\nbackend = 'embedded'\nroots = 'x'\n")
+    bad.write_text("[defaults]\nlog_level = 'WARN'\nroots = 'x'\n")
     with pytest.raises(SettingsError, match="unknown setting 'roots'"):
         load_settings(config_path=bad, env={})
     with pytest.raises(SettingsError, match="does not exist"):
         load_settings(config_path=tmp_path / "missing.toml", env={})
+
+
+RETIRED = (
+    "the embedded Delta backend (delta-rs) is gone: every table is read and written with "
+    "delta-spark; remove the setting 'backend'"
+)
+
+
+def test_the_retired_backend_setting_says_it_is_gone(tmp_path, capsys):
+    """Asking for the embedded backend, in any place a setting comes from, is one line saying
+    it is gone; naming the backend that remains is harmless and ignored."""
+    from lakehouse.cli import main
+
+    with pytest.raises(SettingsError) as err:
+        load_settings("test", config_path=CONF, env={}, overrides={"backend": "embedded"})
+    assert str(err.value) == RETIRED
+    with pytest.raises(SettingsError) as err:
+        load_settings("test", config_path=CONF, env={"LAKEHOUSE_BACKEND": "embedded"})
+    assert str(err.value) == f"{RETIRED} (from environment variable LAKEHOUSE_BACKEND)"
+    old = tmp_path / "old.toml"
+    old.write_text("[defaults]\nbackend = 'embedded'\n")
+    with pytest.raises(SettingsError, match="embedded Delta backend"):
+        load_settings(config_path=old, env={})
+    kept = load_settings("test", config_path=CONF, env={"LAKEHOUSE_BACKEND": "native"})
+    assert kept == load_settings("test", config_path=CONF, env={})
+    assert main(["status", "--root", str(tmp_path), "--backend", "embedded"]) == 2
+    assert capsys.readouterr().err == f"lakehouse: error: {RETIRED}\n"
 
 
 def test_invalid_table_names():

@@ -525,8 +525,6 @@ def test_the_demo_prints_the_books_of_bronze_and_silver_and_gold_rows(spark, set
             str(settings.root),
             "--profile",
             "test",
-            "--backend",
-            settings.backend,
         ],
         cwd=Path(__file__).resolve().parents[1],
         capture_output=True,

@@ -17,7 +17,8 @@ import pytest
 from gold.ads import SCHEMA as ADS_SCHEMA
 from gold.sessions import SCHEMA as SESSIONS_SCHEMA
 from lakehouse.cli import main
-from lakehouse.monitoring import COMPLETENESS_SCHEMA, COMPLETENESS_TABLE, append_rows
+from lakehouse.monitoring import COMPLETENESS_SCHEMA, COMPLETENESS_TABLE
+from lakehouse.storage.deltafiles import append_rows
 
 QUERIES = Path(__file__).resolve().parents[1] / "queries"
 UTC = dt.UTC
@@ -59,7 +60,6 @@ def gold(spark, store, settings):
             {"table": t, "flow": t, "complete_through": at, "column": c, "batch_id": 3}
             for t, c, at in marks
         ],
-        "COMPLETENESS",
     )
 
 

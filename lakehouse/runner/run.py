@@ -41,9 +41,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-# Spark's error when a Python process it starts in the driver for a Python data source (the
-# embedded Delta source's planner, the sink's commit) does not connect back within its fixed 10
-# seconds: the machine was too busy, the flow is not wrong. Such a flow is started again.
+# Spark's error when a Python process it starts in the driver (transformWithStateInPandas'
+# driver-side worker) does not connect back within its fixed 10 seconds: the machine was too
+# busy, the flow is not wrong. Such a flow is started again.
 TRANSIENT_ERRORS = ("Python worker failed to connect back",)
 TRANSIENT_RESTARTS = 2  # per flow and run
 
@@ -281,11 +281,11 @@ def _wait(
 
 
 def _wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
-    """Until ``query`` has initialized its sources. Each streaming Python data source (the
-    embedded Delta source) starts a Python process in the driver that must connect back within
-    Spark's fixed 10 seconds; with many flows started at once (continuous mode: 12, gold: 7)
-    on a small busy machine, some missed it. Started one after the other they seldom do, and a
-    flow that still does is restarted (:data:`TRANSIENT_ERRORS`)."""
+    """Until ``query`` has initialized its sources. A Python process Spark starts in the
+    driver (transformWithStateInPandas' driver-side worker) must connect back within Spark's
+    fixed 10 seconds; with many flows started at once on a small busy machine, some missed it.
+    Started one after the other they seldom do, and a flow that still does is restarted
+    (:data:`TRANSIENT_ERRORS`)."""
     deadline = time.monotonic() + timeout_s
     while query.isActive and time.monotonic() < deadline:
         if query.status["message"] != "Initializing sources":

@@ -104,8 +104,8 @@ def stop_when_caught_up(
     With ``spark``, Spark's log is off while it stops, or the interrupted file writes log
     warnings and errors with stack traces although nothing failed."""
     first_batch = None
-    # (a query whose sink is not a foreachBatch function, the embedded backend's own, has no
-    # Python in the driver to cut, and reports no batch)
+    # (a query whose sink is not a foreachBatch function, Delta's own, has no Python in the
+    # driver to cut, and reports no batch)
     ended = BATCH_ENDED[query.name] if query.name else None
     while query.isActive and not (stop and stop.requested):
         progress = query.lastProgress

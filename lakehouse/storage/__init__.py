@@ -1,27 +1,18 @@
-"""Table storage: one small interface, two Delta backends (ARCHITECTURE.md 4).
+"""Table storage: Delta tables through delta-spark (ARCHITECTURE.md 4).
 
-``table_store(spark, settings)`` returns the backend the settings choose. Tables are addressed as
-``layer.table``; their locations and checkpoints come from the settings.
+``table_store(spark, settings)`` gives the lake's tables on a session. Tables are addressed as
+``layer.table``; their locations and checkpoints come from the settings. Reading a table without
+Spark (status, verify, the report, the ops tables) goes through delta-rs (:mod:`.deltafiles`).
 """
 
-from lakehouse.storage.deltafiles import SchemaMismatch, TableNotFound, UnsupportedChange
-from lakehouse.storage.store import (
-    EmbeddedStore,
-    NativeStore,
-    NativeUnavailable,
-    TableStore,
-    table_store,
-    trigger_kwargs,
-)
+from lakehouse.storage.deltafiles import SchemaMismatch, TableNotFound
+from lakehouse.storage.store import DeltaUnavailable, TableStore, table_store, trigger_kwargs
 
 __all__ = [
-    "EmbeddedStore",
-    "NativeStore",
-    "NativeUnavailable",
+    "DeltaUnavailable",
     "SchemaMismatch",
     "TableNotFound",
     "TableStore",
-    "UnsupportedChange",
     "table_store",
     "trigger_kwargs",
 ]

@@ -1,9 +1,10 @@
-"""The table storage interface and its two backends.
+"""Table storage: Delta tables through delta-spark, addressed as ``layer.table``.
 
-Both backends write standard Delta tables under ``tables/<layer>/<table>`` and give streaming
-writes exactly-once semantics: append and complete modes go through the backend's streaming sink,
-update mode through ``foreachBatch`` and a MERGE on the declared key columns, each commit tagged
-with an app transaction so a replayed micro-batch is skipped.
+Tables live under ``tables/<layer>/<table>``; streaming writes are exactly-once: every commit of
+a micro-batch records the query's app id and the batch id as a Delta app transaction, so a
+replayed micro-batch is skipped. Appends go through ``foreachBatch`` and one delta-spark
+transaction per table, complete mode through Delta's own sink, update mode through a MERGE on
+the declared key columns.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import logging
 import os
 import threading
 import time
-from abc import ABC, abstractmethod
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from lakehouse import checkpoints
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings, TriggerSettings, split_table_name
 from lakehouse.storage import deltafiles as dfiles
@@ -72,8 +73,8 @@ def route_rows(rows: Callable[[DataFrame], DataFrame], batch: DataFrame) -> Data
     return rows(batch).drop(BATCH_ID, LATE_BEFORE)
 
 
-class NativeUnavailable(LakehouseError, RuntimeError):
-    """The native backend was chosen but delta-spark is not on the Spark classpath."""
+class DeltaUnavailable(LakehouseError, RuntimeError):
+    """delta-spark is not on the Spark classpath."""
 
 
 def trigger_kwargs(trigger: TriggerSettings) -> dict[str, Any]:
@@ -83,14 +84,23 @@ def trigger_kwargs(trigger: TriggerSettings) -> dict[str, Any]:
     return {"processingTime": trigger.interval}
 
 
-class TableStore(ABC):
-    """Read, read as a stream, write, and write a stream, for tables named ``layer.table``."""
-
-    format: str
+class TableStore:
+    """Read, read as a stream, write, and write a stream, for tables named ``layer.table``,
+    through delta-spark (its jars from ``make setup``, see lakehouse.jars). Every table it
+    creates or writes is also registered in the session catalog as ``layer.table`` (a Delta
+    table at its location), so ``spark.table``, SQL, ``DESCRIBE HISTORY`` and time travel see
+    it."""
 
     def __init__(self, spark: SparkSession, settings: Settings):
         self.spark = spark
         self.settings = settings
+        if not delta_available(spark):
+            raise DeltaUnavailable(
+                "delta-spark is not on the Spark classpath: under spark-submit pass the jars "
+                "(--jars with the files of jars/lib, see `lakehouse cluster package`); "
+                "elsewhere run make setup, or set native.jars_packages"
+            )
+        self._registered: set[str] = set()
 
     # -- locations --
     def path(self, name: str) -> Path:
@@ -109,26 +119,40 @@ class TableStore(ABC):
             )
         return path
 
+    def register(self, name: str) -> None:
+        """Register table ``name`` in the session catalog as a Delta table at its location
+        (once per store). A name registered before at another lake root is replaced: the
+        catalog lives as long as the session, the lake root comes with the settings."""
+        if name in self._registered:
+            return
+        layer, table = split_table_name(name)
+        location = str(self.path(name)).replace("\\", "\\\\").replace("'", "\\'")
+        if not self.spark.catalog.databaseExists(layer):  # (IF NOT EXISTS warns when it is)
+            self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{layer}`")
+        self.spark.sql(f"DROP TABLE IF EXISTS `{layer}`.`{table}`")  # external: data stays
+        self.spark.sql(f"CREATE TABLE `{layer}`.`{table}` USING delta LOCATION '{location}'")
+        self._registered.add(name)
+
+    def register_again(self, name: str) -> None:
+        self._registered.discard(name)
+        self.register(name)
+
     # -- reading --
     def read(self, name: str, columns: Sequence[str] | None = None) -> DataFrame:
-        df = self._named(self.spark.read.format(self.format), name).load(str(self.require(name)))
+        df = self.spark.read.format("delta").load(str(self.require(name)))
         return df.select(*columns) if columns else df
 
     def read_stream(self, name: str, max_files_per_trigger: int | None = None) -> DataFrame:
         path = self.require(name)
-        reader = self._named(self.spark.readStream.format(self.format), name)
+        reader = self.spark.readStream.format("delta")
         limit = max_files_per_trigger or self.settings.trigger.max_files_per_trigger
         if limit:
             reader = reader.option("maxFilesPerTrigger", int(limit))
         return reader.load(str(path))
 
-    def _named(self, reader_or_writer, name: str):
-        """Hook: tell the source or sink which table it handles (for its error messages)."""
-        return reader_or_writer
-
     def read_path(self, path: str | Path, name: str = "staging") -> DataFrame:
         """The Delta table at ``path`` (not a table of the lake: a full refresh's staging)."""
-        return self._named(self.spark.read.format(self.format), name).load(str(path))
+        return self.spark.read.format("delta").load(str(path))
 
     def replace(
         self,
@@ -140,9 +164,6 @@ class TableStore(ABC):
         """Overwrite table ``name`` with ``df`` in one commit, its schema too (a full
         refresh's switch); skipped, as a write, when the table records ``txn`` already."""
         self.write(df, name, mode="overwrite", partition_by=partition_by, txn=txn, schema=True)
-
-    def register_again(self, name: str) -> None:  # noqa: B027
-        """Hook: point the session catalog's ``name`` at the table's place again."""
 
     # -- writing --
     def write(
@@ -158,22 +179,37 @@ class TableStore(ABC):
         """Batch write. ``txn`` = (app id, version) makes the write idempotent: it is skipped
         when the table already records that version for that app (a replayed micro-batch).
         ``order_by`` (an event-time column) lists the new files in its order in the commit,
-        with modification times in that order too (a micro-batch's append; the base writer
-        cannot, and writes files as Spark partitions them). ``schema``: an overwrite replaces
-        the table's schema too."""
+        with modification times in that order too (a micro-batch's append). ``schema``: an
+        overwrite replaces the table's schema too. A schema that does not fit the table is
+        refused in one line naming the columns."""
         _check_write_mode(mode)
-        writer = self._named(df.write.format(self.format), name).mode(mode)
+        if mode == "append" and self.exists(name):
+            if txn:
+                self._append_once(df, name, *txn, order_by=order_by)
+                return
+            self._check_schema(df, name, self._transaction(name))
+        failpoint(f"before-commit:{name}")  # delta-spark writes and commits in one call
+        with _SESSION_TXN_CONFS:  # it reads the app transaction confs an upsert may have set
+            self._save(df, name, mode, partition_by, txn, schema)
+
+    def _save(
+        self,
+        df: DataFrame,
+        name: str,
+        mode: str,
+        partition_by: Sequence[str],
+        txn: tuple[str, int] | None,
+        schema: bool,
+    ) -> None:
+        """delta-spark's own writer, in one call (it writes and commits)."""
+        writer = df.write.format("delta").mode(mode)
         if schema:
             writer = writer.option("overwriteSchema", "true")
         if partition_by:
-            writer = self._partitioned(writer, partition_by)
+            writer = writer.partitionBy(*partition_by)
         if txn:
             writer = writer.option("txnAppId", txn[0]).option("txnVersion", str(txn[1]))
         writer.save(str(self.path(name)))
-
-    @abstractmethod
-    def create(self, name: str, schema: StructType, partition_by: Sequence[str] = ()) -> bool:
-        """Create an empty table when it does not exist; True when created."""
 
     def write_stream(
         self,
@@ -212,19 +248,20 @@ class TableStore(ABC):
 
             def upsert(batch: DataFrame, batch_id: int) -> None:
                 if not app_ids:
-                    app_ids.append(dfiles.app_id_for_checkpoint(checkpoint))
+                    app_ids.append(checkpoints.app_id(Path(checkpoint)))
                 clock = _Clock()
                 self.upsert(batch, name, keys, app_ids[0], batch_id)
                 clock.lap("write")
                 steps.done(batch_id, clock.laps)
 
             return writer.foreachBatch(upsert).start()
-        self._before_sink(df, name, options or {})
+        # created first: two queries whose first commits would both create it (two flows into
+        # one table) fail with a protocol conflict in delta-spark
+        self.create(
+            name, df.schema, [c for c in (options or {}).get("partitionBy", "").split(",") if c]
+        )
         steps = _Batches(query_name or _query_name(checkpoint))
         return self._start_sink(writer, name, output_mode, checkpoint, steps)
-
-    def _before_sink(self, df: DataFrame, name: str, options: dict[str, str]) -> None:  # noqa: B027
-        """Hook: prepare table ``name`` before a streaming sink starts writing it."""
 
     def write_stream_routed(
         self,
@@ -245,8 +282,6 @@ class TableStore(ABC):
         ``before_write(batch, batch_id)`` runs first (it may raise to stop the query) and may
         return more rows to append to other tables ({table: rows, or a future of them}),
         written the same way after the routes."""
-        from lakehouse import checkpoints
-
         routes = [Route(*route) for route in routes]
         for route in routes:
             split_table_name(route.table)
@@ -256,7 +291,7 @@ class TableStore(ABC):
 
         def write_batch(batch: DataFrame, batch_id: int) -> None:
             if not app_ids:
-                app_ids.append(dfiles.app_id_for_checkpoint(checkpoint))
+                app_ids.append(checkpoints.app_id(Path(checkpoint)))
             late_ms = checkpoints.late_watermark_ms(Path(checkpoint), batch_id)
             batch = with_batch_columns(batch, batch_id, late_ms)
             batch = batch.persist()  # each table's rows come from one evaluation of the batch
@@ -302,232 +337,6 @@ class TableStore(ABC):
 
         writer = _stream_writer(df, "append", checkpoint, trigger, query_name)
         return writer.foreachBatch(write_batch).start()
-
-    @abstractmethod
-    def _start_sink(
-        self, writer, name: str, output_mode: str, checkpoint: str | Path, steps: _Batches
-    ) -> StreamingQuery:
-        """Start the backend's exactly-once sink (it finds the query id in the checkpoint);
-        ``steps`` gets the seconds of a micro-batch's steps, when the sink can tell them."""
-
-    @abstractmethod
-    def upsert(
-        self,
-        df: DataFrame,
-        name: str,
-        keys: Sequence[str],
-        app_id: str,
-        batch_id: int,
-        updates: dict[str, str] | None = None,
-    ) -> None:
-        """MERGE one micro-batch into ``name`` by ``keys``, once per ``(app_id, batch_id)``: a
-        matched row takes the batch's row (or, with ``updates``, each of those columns the
-        value of its SQL expression over ``t``, the table's row, and ``s``, the batch's)."""
-
-    def _partitioned(self, writer, partition_by: Sequence[str]):
-        return writer.partitionBy(*partition_by)
-
-
-class EmbeddedStore(TableStore):
-    """Delta through delta-rs, plugged into Spark as the ``deltalake`` Python data source."""
-
-    format = "deltalake"
-
-    def _named(self, reader_or_writer, name: str):
-        return reader_or_writer.option("tableName", name)
-
-    def _partitioned(self, writer, partition_by: Sequence[str]):
-        return writer.option("partitionBy", ",".join(partition_by))
-
-    def write(
-        self,
-        df: DataFrame,
-        name: str,
-        mode: str = "append",
-        partition_by: Sequence[str] = (),
-        txn: tuple[str, int] | None = None,
-        order_by: str | None = None,
-        schema: bool = False,
-    ) -> None:
-        """Spark's Parquet writer writes the files, delta-rs commits them (see sparkfiles)."""
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        from lakehouse.storage.sparkfiles import write_parquet
-
-        _check_write_mode(mode)
-        root = str(self.path(name))
-        app_id, version = txn if txn else (None, None)
-        if (
-            txn
-            and dfiles.is_delta_table(root)
-            and dfiles.already_committed(dfiles.open_table(root), app_id, version)
-        ):
-            log.info("batch %s of %s already in %s: skipped", version, app_id, name)
-            return
-        schema = to_arrow_schema(df.schema, timezone="UTC", prefers_large_types=False)
-        dfiles.check_partition_columns(schema, partition_by)
-        if mode == "append" and dfiles.is_delta_table(root):
-            table = dfiles.open_table(root)
-            dfiles.check_schema(
-                f"table {name}",
-                dfiles.utc_schema(dfiles.table_arrow_schema(table)),
-                dfiles.utc_schema(schema),
-            )
-        files = write_parquet(df, root, partition_by)
-        if not files and mode == "append" and dfiles.is_delta_table(root):
-            return  # nothing to add; an empty commit would only lengthen the log
-        if order_by:
-            files = timeorder.in_time_order(files, order_by, lambda f: f.stats)
-            times = timeorder.commit_times([f.modification_time for f in files])
-            for f, ms in zip(files, times, strict=True):
-                f.modification_time = ms
-        failpoint(f"before-commit:{name}")
-        try:
-            dfiles.commit_files(
-                root,
-                files,
-                schema,
-                partition_by=partition_by,
-                mode=mode,
-                app_id=app_id,
-                batch_id=version,
-                operation="STREAMING UPDATE" if txn else "WRITE",
-            )
-        except BaseException:
-            _remove_uncommitted(root, files, txn)
-            raise
-
-    def create(self, name: str, schema: StructType, partition_by: Sequence[str] = ()) -> bool:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        return dfiles.create_table(
-            str(self.path(name)), to_arrow_schema(schema, timezone="UTC"), partition_by
-        )
-
-    def _start_sink(
-        self, writer, name: str, output_mode: str, checkpoint: str | Path, steps: _Batches
-    ) -> StreamingQuery:
-        return self._named(writer.format(self.format), name).start(str(self.path(name)))
-
-    def upsert(
-        self,
-        df: DataFrame,
-        name: str,
-        keys: Sequence[str],
-        app_id: str,
-        batch_id: int,
-        updates: dict[str, str] | None = None,
-    ) -> None:
-        import pyarrow.compute as pc
-        from deltalake import CommitProperties, Transaction
-        from deltalake.exceptions import CommitFailedError
-
-        root = str(self.path(name))
-        data = df.toArrow()
-        if not dfiles.is_delta_table(root):
-            dfiles.create_table(root, data.schema)
-        table = dfiles.open_table(root)
-        table_schema = dfiles.utc_schema(dfiles.table_arrow_schema(table))
-        dfiles.check_schema(name, table_schema, dfiles.utc_schema(data.schema))
-        data = dfiles.conform(data, table_schema)
-        dupes = data.group_by(list(keys)).aggregate([([], "count_all")])
-        dupes = dupes.filter(pc.greater(dupes.column("count_all"), 1))
-        if dupes.num_rows:
-            raise ValueError(
-                f"cannot upsert into {name}: {dupes.num_rows} key(s) of ({', '.join(keys)}) occur "
-                f"more than once in batch {batch_id}, e.g. {dupes.slice(0, 1).to_pylist()[0]}; "
-                "update mode needs one row per key"
-            )
-        # each comparison in parentheses: DataFusion parses `a IS NOT DISTINCT FROM b AND c`
-        # as `a IS NOT DISTINCT FROM (b AND c)` (a type error with two or more keys)
-        predicate = " AND ".join(f"(t.`{k}` IS NOT DISTINCT FROM s.`{k}`)" for k in keys)
-        for attempt in range(dfiles.MAX_COMMIT_ATTEMPTS):
-            table = dfiles.open_table(root)
-            if dfiles.already_committed(table, app_id, batch_id):
-                log.info("upsert batch %s of %s already in %s: skipped", batch_id, app_id, name)
-                return
-            if data.num_rows == 0:
-                return
-            try:
-                merger = table.merge(
-                    source=data,
-                    predicate=predicate,
-                    source_alias="s",
-                    target_alias="t",
-                    commit_properties=CommitProperties(
-                        app_transactions=[Transaction(app_id=app_id, version=batch_id)]
-                    ),
-                )
-                if updates:
-                    merger = merger.when_matched_update(updates=dict(updates))
-                else:
-                    merger = merger.when_matched_update_all()
-                merger.when_not_matched_insert_all().execute()
-                return
-            except CommitFailedError:
-                if attempt == dfiles.MAX_COMMIT_ATTEMPTS - 1:
-                    raise
-                time.sleep(0.05 * (attempt + 1))
-
-
-class NativeStore(TableStore):
-    """``format("delta")`` through delta-spark (its jars from ``make setup``, see
-    lakehouse.jars). Every table it creates or writes is also registered in the session
-    catalog as ``layer.table`` (a Delta table at its location), so ``spark.table``, SQL,
-    ``DESCRIBE HISTORY`` and time travel see it."""
-
-    format = "delta"
-
-    def __init__(self, spark: SparkSession, settings: Settings):
-        super().__init__(spark, settings)
-        if not native_available(spark):
-            raise NativeUnavailable(
-                "the native backend needs delta-spark on the Spark classpath, and this Spark "
-                "has none: under spark-submit pass the jars (--jars with the files of "
-                "jars/lib, see `lakehouse cluster package`), or use the embedded backend "
-                "(--backend embedded)"
-            )
-        self._registered: set[str] = set()
-
-    def register(self, name: str) -> None:
-        """Register table ``name`` in the session catalog as a Delta table at its location
-        (once per store). A name registered before at another lake root is replaced: the
-        catalog lives as long as the session, the lake root comes with the settings."""
-        if name in self._registered:
-            return
-        layer, table = split_table_name(name)
-        location = str(self.path(name)).replace("\\", "\\\\").replace("'", "\\'")
-        if not self.spark.catalog.databaseExists(layer):  # (IF NOT EXISTS warns when it is)
-            self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{layer}`")
-        self.spark.sql(f"DROP TABLE IF EXISTS `{layer}`.`{table}`")  # external: data stays
-        self.spark.sql(f"CREATE TABLE `{layer}`.`{table}` USING delta LOCATION '{location}'")
-        self._registered.add(name)
-
-    def write(
-        self,
-        df: DataFrame,
-        name: str,
-        mode: str = "append",
-        partition_by: Sequence[str] = (),
-        txn: tuple[str, int] | None = None,
-        order_by: str | None = None,
-        schema: bool = False,
-    ) -> None:
-        """delta-spark's writer; a schema that does not fit the table is refused in one line
-        naming the columns, as on the embedded backend."""
-        _check_write_mode(mode)
-        if mode == "append" and self.exists(name):
-            if txn:
-                self._append_once(df, name, *txn, order_by=order_by)
-                return
-            self._check_schema(df, name, self._transaction(name))
-        failpoint(f"before-commit:{name}")  # delta-spark writes and commits in one call
-        with _SESSION_TXN_CONFS:  # it reads the app transaction confs an upsert may have set
-            super().write(df, name, mode, partition_by, txn, schema=schema)
-
-    def register_again(self, name: str) -> None:
-        self._registered.discard(name)
-        self.register(name)
 
     def _append_once(
         self, df: DataFrame, name: str, app_id: str, version: int, order_by: str | None = None
@@ -602,26 +411,20 @@ class NativeStore(TableStore):
         self.register(name)
         return True
 
-    def _before_sink(self, df: DataFrame, name: str, options: dict[str, str]) -> None:
-        """Create the table first: two queries whose first commits would both create it (two
-        flows into one table) fail with a protocol conflict in delta-spark."""
-        partition_by = [c for c in options.get("partitionBy", "").split(",") if c]
-        self.create(name, df.schema, partition_by)
-
     def _start_sink(
         self, writer, name: str, output_mode: str, checkpoint: str | Path, steps: _Batches
     ) -> StreamingQuery:
         if output_mode != "append":
             # delta-spark's own sink, exactly-once (it records the query id and batch id): an
             # overwrite lists the table's files, the state its id lookup reconstructs anyway
-            return writer.format(self.format).start(str(self.path(name)))
+            return writer.format("delta").start(str(self.path(name)))
         # appends as delta-spark's sink makes them (the app id is the query id, the version
         # the batch id), at the price of an append, not of a state reconstruction
         app_ids: list[str] = []
 
         def append(batch: DataFrame, batch_id: int) -> None:
             if not app_ids:
-                app_ids.append(dfiles.app_id_for_checkpoint(checkpoint))
+                app_ids.append(checkpoints.app_id(Path(checkpoint)))
             clock = _Clock()
             if not self._append_once(batch, name, app_ids[0], batch_id):
                 _run_without_writing(batch)
@@ -761,23 +564,6 @@ def _unique_keys(df: DataFrame, name: str, keys: Sequence[str], batch_id: int) -
     )
 
 
-def _remove_uncommitted(root: str, files: Sequence[dfiles.AddedFile], txn) -> None:
-    """After a failed commit, delete the batch's files unless the commit did land (an error
-    can come after the log entry was written): then they belong to the table."""
-    try:
-        table = dfiles.open_table(root) if dfiles.is_delta_table(root) else None
-        if table is not None:
-            if txn and dfiles.already_committed(table, *txn):
-                return
-            committed = {f.path for f in dfiles.snapshot_files(table)}
-            if any(f.path in committed for f in files):
-                return
-    except Exception:  # cannot tell: keep the files (vacuum removes them if unreferenced)
-        log.warning("could not check whether files of a failed commit to %s landed", root)
-        return
-    dfiles.delete_files(root, [f.path for f in files])
-
-
 def _check_write_mode(mode: str) -> None:
     if mode not in ("append", "overwrite"):
         raise ValueError(f"write mode must be append or overwrite; got {mode!r}")
@@ -850,7 +636,7 @@ def failpoint(name: str) -> None:
         raise Failpoint(f"failpoint {name} reached")
 
 
-def native_available(spark: SparkSession) -> bool:
+def delta_available(spark: SparkSession) -> bool:
     try:
         spark._jvm.org.apache.spark.util.Utils.classForName(
             "io.delta.tables.DeltaTable", True, False
@@ -861,7 +647,5 @@ def native_available(spark: SparkSession) -> bool:
 
 
 def table_store(spark: SparkSession, settings: Settings) -> TableStore:
-    """The backend the settings choose."""
-    if settings.backend == "native":
-        return NativeStore(spark, settings)
-    return EmbeddedStore(spark, settings)
+    """The lake's tables on this session."""
+    return TableStore(spark, settings)

@@ -55,7 +55,7 @@ def _common_args(settings) -> str:
 
 
 def _jars_args(settings) -> str:
-    """The project's log4j2 file for the driver, and ``--jars ...`` of the native backend: the
+    """The project's log4j2 file for the driver, and ``--jars ...`` of delta-spark: the
     driver and the executors load Delta from them. Without them (no `make setup` yet) the job
     itself says what is missing, in one line, instead of the DAG file failing to load."""
     try:

@@ -1,0 +1,516 @@
+"""Table storage on delta-spark: reads, appends, upserts and streams, exactly-once on every
+write path (a replayed micro-batch is skipped), tables the catalog knows, one-line errors."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import Row
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+from storage_helpers import KV, append_versions, rows
+
+from lakehouse import checkpoints
+from lakehouse.storage import SchemaMismatch, TableNotFound
+from lakehouse.storage import deltafiles as dfiles
+from lakehouse.storage.store import FAILPOINT_ENV
+
+PROJECT = Path(__file__).resolve().parents[1]
+TXN_CONFS = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion")
+
+
+def test_missing_table_names_table_and_path(spark, store):
+    with pytest.raises(TableNotFound) as err:
+        store.read("gold.nothing")
+    assert "table gold.nothing does not exist at" in str(err.value)
+    assert str(store.path("gold.nothing")) in str(err.value)
+    with pytest.raises(TableNotFound, match="table gold.nothing does not exist at"):
+        store.read_stream("gold.nothing")
+
+
+def test_overwrite_replaces_and_schema_mismatch_names_columns(spark, store):
+    store.write(spark.createDataFrame(rows(0, 3), KV), "silver.kv")
+    store.write(spark.createDataFrame(rows(10, 12), KV), "silver.kv", mode="overwrite")
+    assertDataFrameEqual(store.read("silver.kv"), spark.createDataFrame(rows(10, 12), KV))
+
+    bad = spark.createDataFrame([("x", "y", 1)], "k string, w string, z long")
+    with pytest.raises(SchemaMismatch) as err:
+        store.write(bad, "silver.kv")
+    message = str(err.value)
+    assert "cannot write to table silver.kv" in message
+    assert "missing column(s) v" in message
+    assert "unexpected column(s) w, z" in message
+    assert "column k: table has int64, data has string" in message
+
+
+def test_two_streaming_queries_append_to_one_table(spark, store, settings):
+    append_versions(store, "bronze.left", [rows(0, 50), rows(50, 100)])
+    append_versions(store, "bronze.right", [rows(100, 150), rows(150, 200)])
+    queries = [
+        store.write_stream(
+            store.read_stream(src, max_files_per_trigger=1),
+            "silver.both",
+            settings.checkpoint_path("silver", f"both_{src.split('.')[1]}"),
+            trigger={"availableNow": True},
+        )
+        for src in ("bronze.left", "bronze.right")
+    ]
+    for q in queries:
+        q.awaitTermination()
+    assertDataFrameEqual(store.read("silver.both"), spark.createDataFrame(rows(0, 200), KV))
+
+
+def test_update_mode_upserts_latest_value_per_key(spark, store, settings):
+    append_versions(
+        store, "bronze.kv", [[(1, "a"), (2, "b")], [(1, "c")], [(3, "d"), (2, "e"), (2, "f")]]
+    )
+    from pyspark.sql import functions as F
+
+    def start():
+        agg = (
+            store.read_stream("bronze.kv", max_files_per_trigger=1)
+            .groupBy("k")
+            .agg(F.count("*").alias("n"), F.max("v").alias("latest"))
+        )
+        query = store.write_stream(
+            agg,
+            "gold.kv",
+            settings.checkpoint_path("gold", "kv"),
+            output_mode="update",
+            keys=["k"],
+            trigger={"availableNow": True},
+        )
+        query.awaitTermination()
+        return query
+
+    start()
+    expected = spark.createDataFrame(
+        [(1, 2, "c"), (2, 3, "f"), (3, 1, "d")], "k long, n long, latest string"
+    )
+    assertDataFrameEqual(store.read("gold.kv"), expected)
+    append_versions(store, "bronze.kv", [[(3, "z")]])
+    start()  # restart on the same checkpoint: state carried over, row updated in place
+    expected = spark.createDataFrame(
+        [(1, 2, "c"), (2, 3, "f"), (3, 2, "z")], "k long, n long, latest string"
+    )
+    assertDataFrameEqual(store.read("gold.kv"), expected)
+
+
+def test_update_mode_replayed_batch_is_skipped(spark, store, settings):
+    df = spark.createDataFrame([(1, 1, "a")], "k long, n long, latest string")
+    store.upsert(df, "gold.once", ["k"], "app", 0)
+    df2 = spark.createDataFrame([(1, 5, "b")], "k long, n long, latest string")
+    store.upsert(df2, "gold.once", ["k"], "app", 0)  # replay of batch 0 with other content
+    assertDataFrameEqual(store.read("gold.once"), df)
+    store.upsert(df2, "gold.once", ["k"], "app", 1)
+    assertDataFrameEqual(store.read("gold.once"), df2)
+
+
+def test_upsert_by_two_key_columns(spark, store):
+    """Each key comparison is parenthesized: unparenthesized, DataFusion read the MERGE
+    predicate of two keys as ``a IS NOT DISTINCT FROM (b AND c)`` and failed."""
+    schema = "k long, w string, n long"
+    store.upsert(
+        spark.createDataFrame([(1, "a", 1), (1, "b", 2)], schema), "gold.kw", ["k", "w"], "app", 0
+    )
+    store.upsert(
+        spark.createDataFrame([(1, "b", 7), (2, "a", 3)], schema), "gold.kw", ["k", "w"], "app", 1
+    )
+    assertDataFrameEqual(
+        store.read("gold.kw"),
+        spark.createDataFrame([(1, "a", 1), (1, "b", 7), (2, "a", 3)], schema),
+    )
+
+
+def test_update_mode_refuses_duplicate_keys_in_a_batch(spark, store):
+    df = spark.createDataFrame([(1, 1), (1, 2)], "k long, n long")
+    with pytest.raises(ValueError, match=r"key\(s\) of \(k\) occur more than once in batch 0"):
+        store.upsert(df, "gold.dupes", ["k"], "app", 0)
+
+
+def test_update_mode_needs_keys(spark, store, settings):
+    append_versions(store, "bronze.nokeys", [rows(0, 1)])
+    with pytest.raises(ValueError, match="update mode on gold.nokeys needs key columns"):
+        store.write_stream(
+            store.read_stream("bronze.nokeys").groupBy("k").count(),
+            "gold.nokeys",
+            settings.checkpoint_path("gold", "nokeys"),
+            output_mode="update",
+        )
+
+
+def test_complete_mode_overwrites_each_batch(spark, store, settings):
+    append_versions(store, "bronze.c", [rows(0, 3), rows(3, 4)])
+    query = store.write_stream(
+        store.read_stream("bronze.c", max_files_per_trigger=1).groupBy().count(),
+        "gold.c",
+        settings.checkpoint_path("gold", "c"),
+        output_mode="complete",
+        trigger={"availableNow": True},
+    )
+    query.awaitTermination()
+    assert store.read("gold.c").collect() == [Row(count=4)]
+
+
+def test_new_checkpoint_at_the_same_path_is_a_new_query(spark, store, settings, run_stream):
+    append_versions(store, "bronze.re", [rows(0, 3), rows(3, 6)])
+    checkpoint = settings.checkpoint_path("silver", "re")
+    run_stream("bronze.re", "silver.re", checkpoint, max_files=1)
+    DeltaTable(str(store.path("silver.re"))).delete()  # reprocess: empty the sink ...
+    shutil.rmtree(checkpoint)  # ... and start over from a new checkpoint at the same path
+    run_stream("bronze.re", "silver.re", checkpoint, max_files=1)
+    assertDataFrameEqual(store.read("silver.re"), spark.createDataFrame(rows(0, 6), KV))
+
+
+def test_a_replayed_stateful_batch_runs_its_state_and_writes_nothing(spark, store, settings):
+    """A stateful flow writing two tables (foreachBatch), its last batch replayed after both
+    tables committed it: the tables skip it, and its stateful operator still runs (Spark 4.2
+    fails a foreachBatch whose state stores did not all commit)."""
+    from pathlib import Path
+
+    append_versions(store, "bronze.d", [rows(0, 3) + rows(0, 2), rows(2, 5)])
+    checkpoint = settings.checkpoint_path("silver", "d")
+    routes = [
+        ("silver.d_low", lambda b: b.where("k < 3"), ()),
+        ("silver.d_high", lambda b: b.where("k >= 3"), ()),
+    ]
+
+    def run():
+        query = store.write_stream_routed(
+            store.read_stream("bronze.d", max_files_per_trigger=1).dropDuplicates(["k"]),
+            routes,
+            checkpoint,
+            trigger={"availableNow": True},
+        )
+        query.awaitTermination()
+        return query
+
+    run()
+    versions = [DeltaTable(str(store.path(n))).version() for n, _, _ in routes]
+    (Path(checkpoint) / "commits" / "1").unlink()  # batch 1 committed to both tables only
+    (Path(checkpoint) / "commits" / ".1.crc").unlink(missing_ok=True)
+    assert [p["batchId"] for p in run().recentProgress] == [1]
+    assert [DeltaTable(str(store.path(n))).version() for n, _, _ in routes] == versions
+    assertDataFrameEqual(store.read("silver.d_low"), spark.createDataFrame(rows(0, 3), KV))
+    assertDataFrameEqual(store.read("silver.d_high"), spark.createDataFrame(rows(3, 5), KV))
+
+
+def test_a_routed_batch_is_written_in_event_time_order_and_read_back_so(spark, settings):
+    """40 events over 4 hours come in one micro-batch, from 4 upstream files that each span
+    the 4 hours. Written with 10 rows per file, the batch becomes 4 files of one hour each,
+    listed in time order by the commit and by the snapshot; a stream that reads them one file
+    at a time with a 5-minute watermark drops nothing."""
+    import datetime as dt
+
+    from lakehouse.storage import table_store
+    from lakehouse.storage.store import Route
+    from lakehouse.storage.timeorder import first_time
+
+    store = table_store(spark, settings.with_overrides({"write.rows_per_file": 10}))
+    start = dt.datetime(2026, 1, 5, 8, tzinfo=dt.UTC)
+    events = [(n, start + dt.timedelta(minutes=6 * n)) for n in range(40)]
+    # file i holds events i, i+4, i+8, ...: each spans the 4 hours
+    spread = sorted(events, key=lambda e: (e[0] % 4, e[0]))
+    upstream = spark.createDataFrame(
+        spark.sparkContext.parallelize(spread, 4), "k long, t timestamp"
+    )
+    store.write(upstream, "bronze.t")
+    assert len(snapshot_files(store.path("bronze.t"))) == 4
+
+    store.create("silver.t", upstream.schema)
+    store.write_stream_routed(
+        store.read_stream("bronze.t"),
+        [Route("silver.t", lambda batch: batch, (), "t")],
+        settings.checkpoint_path("silver", "t"),
+        trigger={"availableNow": True},
+    ).awaitTermination()
+    root = str(store.path("silver.t"))
+    committed = committed_files(root, dfiles.latest_version(root))
+    assert snapshot_files(root) == [path for path, _stats in committed]
+    assert [first_time(stats, "t") for _path, stats in committed] == [
+        start + dt.timedelta(hours=h) for h in range(4)
+    ]
+
+    hourly = (
+        store.read_stream("silver.t", max_files_per_trigger=1)
+        .withWatermark("t", "5 minutes")
+        .groupBy(F.window("t", "1 hour"))
+        .count()
+        .select(F.col("window.start").alias("hour"), "count")
+    )
+    query = store.write_stream(
+        hourly, "gold.t", settings.checkpoint_path("gold", "t"), trigger={"availableNow": True}
+    )
+    query.awaitTermination()
+    dropped = [
+        op["numRowsDroppedByWatermark"] for p in query.recentProgress for op in p["stateOperators"]
+    ]
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) == 4
+    assert sum(dropped) == 0
+    assert sorted(tuple(r) for r in store.read("gold.t").collect()) == [
+        (start.replace(tzinfo=None) + dt.timedelta(hours=h), 10) for h in range(3)
+    ]
+
+
+def committed_files(root, version: int) -> list[tuple[str, str]]:
+    """(path, statistics) of the files commit ``version`` added, in the commit's order."""
+    import json
+
+    log = Path(root) / "_delta_log" / f"{version:020d}.json"
+    actions = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return [(a["add"]["path"], a["add"]["stats"]) for a in actions if "add" in a]
+
+
+def snapshot_files(root) -> list[str]:
+    """A table's files in the order a stream reads its snapshot: modification time, then
+    path (delta-spark's order)."""
+    import pyarrow as pa
+
+    adds = pa.table(DeltaTable(str(root)).get_add_actions(flatten=True)).to_pylist()
+    return [a["path"] for a in sorted(adds, key=lambda a: (a["modification_time"], a["path"]))]
+
+
+def forget_last_batch(checkpoint) -> None:
+    """As if the job died after the table's commit and before Spark's own commit log."""
+    commits = Path(checkpoint) / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    (commits / str(last)).unlink()
+    (commits / f".{last}.crc").unlink(missing_ok=True)
+
+
+def version(store, name) -> int:
+    return dfiles.latest_version(store.path(name))
+
+
+def test_append_sink_skips_a_replayed_batch(spark, store, settings, run_stream):
+    append_versions(store, "bronze.b", [rows(0, 3), rows(3, 6), rows(6, 9)])
+    checkpoint = settings.checkpoint_path("silver", "b")
+    assert len(run_stream("bronze.b", "silver.b", checkpoint, max_files=1)) == 3
+    before = version(store, "silver.b")
+    forget_last_batch(checkpoint)
+    query = store.write_stream(
+        store.read_stream("bronze.b", max_files_per_trigger=1),
+        "silver.b",
+        checkpoint,
+        trigger={"availableNow": True},
+    )
+    query.awaitTermination()
+    assert [p["batchId"] for p in query.recentProgress] == [2]  # Spark replayed it ...
+    assert version(store, "silver.b") == before  # ... and the Delta sink skipped it
+    assertDataFrameEqual(store.read("silver.b"), spark.createDataFrame(rows(0, 9), KV))
+
+
+def test_complete_sink_skips_a_replayed_batch(spark, store, settings):
+    append_versions(store, "bronze.c", [rows(0, 3), rows(3, 4)])
+    checkpoint = settings.checkpoint_path("gold", "c")
+
+    def run():
+        query = store.write_stream(
+            store.read_stream("bronze.c", max_files_per_trigger=1).groupBy().count(),
+            "gold.c",
+            checkpoint,
+            output_mode="complete",
+            trigger={"availableNow": True},
+        )
+        query.awaitTermination()
+
+    run()
+    before = version(store, "gold.c")
+    forget_last_batch(checkpoint)
+    run()
+    assert version(store, "gold.c") == before
+    assert store.read("gold.c").collect() == [Row(count=4)]
+
+
+def test_routed_writes_replay_only_the_table_that_missed_the_batch(
+    spark, store, settings, monkeypatch
+):
+    """A foreachBatch flow writing two tables, killed between them: the restart writes the
+    batch to the second table only, each table once per batch (txnAppId/txnVersion)."""
+    append_versions(store, "bronze.r", [rows(0, 4), rows(4, 8)])
+    checkpoint = settings.checkpoint_path("silver", "r")
+    routes = [
+        ("silver.r_even", lambda b: b.where("k % 2 = 0"), ()),
+        ("silver.r_odd", lambda b: b.where("k % 2 = 1"), ()),
+    ]
+
+    def run():
+        query = store.write_stream_routed(
+            store.read_stream("bronze.r", max_files_per_trigger=1),
+            routes,
+            checkpoint,
+            trigger={"availableNow": True},
+        )
+        query.awaitTermination()
+
+    monkeypatch.setenv(FAILPOINT_ENV, "after-write:silver.r_even")
+    with pytest.raises(StreamingQueryException, match="failpoint after-write:silver.r_even"):
+        run()
+    assert store.read("silver.r_even").count() == 2 and not store.exists("silver.r_odd")
+    monkeypatch.delenv(FAILPOINT_ENV)
+    run()
+    evens = [(n, f"v{n}") for n in range(0, 8, 2)]
+    odds = [(n, f"v{n}") for n in range(1, 8, 2)]
+    assertDataFrameEqual(store.read("silver.r_even"), spark.createDataFrame(evens, KV))
+    assertDataFrameEqual(store.read("silver.r_odd"), spark.createDataFrame(odds, KV))
+    app_id = checkpoints.app_id(checkpoint)
+    for name in ("silver.r_even", "silver.r_odd"):  # one commit per batch, each batch once
+        table = DeltaTable(str(store.path(name)))
+        assert table.transaction_version(app_id) == 1, name
+        assert len(table.history()) == 2, name
+    before = version(store, "silver.r_odd")
+    forget_last_batch(checkpoint)
+    run()  # the whole batch replayed: both tables skip it
+    assert version(store, "silver.r_odd") == before
+    assert store.read("silver.r_even").count() == 4
+
+
+def test_app_transactions_read_from_the_checksum_or_else_from_the_log(spark, store):
+    """Appends with (app id, version) skip a version the table records, whether the app's
+    version comes from the snapshot's checksum file or, without one, from the log; a batch of
+    no rows commits nothing; a schema that does not fit is refused naming the column."""
+    store.write(spark.createDataFrame(rows(0, 2), KV), "silver.t")  # created: version 0
+    store.write(spark.createDataFrame(rows(2, 4), KV), "silver.t", txn=("app", 0))
+    store.write(spark.createDataFrame(rows(2, 4), KV), "silver.t", txn=("app", 0))  # replay
+    store.write(spark.createDataFrame([], KV), "silver.t", txn=("app", 1))  # no rows
+    assert version(store, "silver.t") == 1
+    log_dir = store.path("silver.t") / "_delta_log"
+    assert (log_dir / f"{1:020d}.crc").exists()
+    (log_dir / f"{1:020d}.crc").unlink()  # as after a crash between the commit and its checksum
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # as in a new job
+    store.write(spark.createDataFrame(rows(2, 4), KV), "silver.t", txn=("app", 0))  # replay
+    store.write(spark.createDataFrame(rows(4, 5), KV), "silver.t", txn=("app", 1))
+    assert version(store, "silver.t") == 2
+    assert DeltaTable(str(store.path("silver.t"))).transaction_version("app") == 1
+    assertDataFrameEqual(store.read("silver.t"), spark.createDataFrame(rows(0, 5), KV))
+    wrong = spark.createDataFrame([(9, 9)], "k long, v long")
+    with pytest.raises(dfiles.SchemaMismatch, match="cannot write to table silver.t: .*v"):
+        store.write(wrong, "silver.t", txn=("app", 2))
+    assert version(store, "silver.t") == 2
+
+
+def test_update_mode_merge_skips_a_replayed_batch_and_unsets_its_confs(spark, store, settings):
+    append_versions(store, "bronze.u", [[(1, "a"), (2, "b")], [(1, "c")]])
+    checkpoint = settings.checkpoint_path("gold", "u")
+
+    def run():
+        agg = (
+            store.read_stream("bronze.u", max_files_per_trigger=1)
+            .groupBy("k")
+            .agg(F.count("*").alias("n"), F.max("v").alias("latest"))
+        )
+        query = store.write_stream(
+            agg, "gold.u", checkpoint, output_mode="update", keys=["k"],
+            trigger={"availableNow": True},
+        )  # fmt: skip
+        query.awaitTermination()
+
+    run()
+    expected = spark.createDataFrame([(1, 2, "c"), (2, 1, "b")], "k long, n long, latest string")
+    assertDataFrameEqual(store.read("gold.u"), expected)
+    before = version(store, "gold.u")
+    forget_last_batch(checkpoint)
+    run()  # batch 1 replayed: its MERGE is skipped
+    assert version(store, "gold.u") == before
+    assertDataFrameEqual(store.read("gold.u"), expected)
+    for conf in TXN_CONFS:
+        assert spark.conf.get(conf, None) is None, conf
+
+    # a new checkpoint at the same path is a new query: its batches are written, not skipped
+    shutil.rmtree(checkpoint)
+    append_versions(store, "bronze.u", [[(3, "d")]])
+    run()  # counts from scratch, upserted over the rows there
+    assertDataFrameEqual(
+        store.read("gold.u"),
+        spark.createDataFrame(
+            [(1, 2, "c"), (2, 1, "b"), (3, 1, "d")], "k long, n long, latest string"
+        ),
+    )
+
+
+def test_tables_are_in_the_catalog_with_history_and_time_travel(spark, store):
+    schema = spark.createDataFrame([], KV).schema
+    assert store.create("gold.hist", schema)
+    store.write(spark.createDataFrame(rows(0, 2), KV), "gold.hist")
+    store.write(spark.createDataFrame(rows(2, 3), KV), "gold.hist")
+    assertDataFrameEqual(spark.table("gold.hist"), spark.createDataFrame(rows(0, 3), KV))
+    history = spark.sql("DESCRIBE HISTORY gold.hist").orderBy("version").collect()
+    assert [(h.version, h.operation) for h in history] == [
+        (0, "CREATE TABLE"),
+        (1, "WRITE"),
+        (2, "WRITE"),
+    ]
+    assertDataFrameEqual(
+        spark.sql("SELECT * FROM gold.hist VERSION AS OF 1"), spark.createDataFrame(rows(0, 2), KV)
+    )
+    location = spark.sql("DESCRIBE DETAIL gold.hist").collect()[0].location
+    assert location.removeprefix("file:") == str(store.path("gold.hist"))
+
+
+def test_spark_submit_without_the_jars_is_one_line(tmp_path):
+    """Under spark-submit the JVM starts before the job: without --jars it has no Delta."""
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "spark-submit"),
+            "--master",
+            "local[1]",
+            str(PROJECT / "jobs" / "silver.py"),
+            "--root",
+            str(tmp_path),
+            "--profile",
+            "test",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    output = done.stdout + done.stderr  # spark-submit hands the driver's stderr to its stdout
+    errors = [line for line in output.splitlines() if line.startswith("lakehouse: error:")]
+    assert errors == [
+        "lakehouse: error: delta-spark is not on the Spark classpath: under spark-submit pass "
+        "the jars (--jars with the files of jars/lib, see `lakehouse cluster package`); "
+        "elsewhere run make setup, or set native.jars_packages"
+    ]
+    assert "Traceback" not in output
+
+
+def test_upserts_of_two_flows_at_once_each_record_only_their_own_app(spark, store):
+    """Flows of one job run in threads of one session, and an upsert's app transaction goes to
+    delta-spark through the session's confs: two MERGEs at once must neither take the other's
+    app id nor lose their version."""
+    import threading
+
+    for name in ("gold.left", "gold.right"):
+        store.create(name, spark.createDataFrame([], KV).schema)
+        store.upsert(spark.createDataFrame([(0, "start")], KV), name, ["k"], f"app-{name}", 0)
+    errors = []
+
+    def upserts(name: str) -> None:
+        try:
+            for batch in (1, 2, 3):
+                rows_ = spark.createDataFrame([(0, f"{name} {batch}"), (batch, name)], KV)
+                store.upsert(rows_, name, ["k"], f"app-{name}", batch)
+        except Exception as exc:  # reported below, with the thread's table
+            errors.append(f"{name}: {str(exc).splitlines()[0]}")
+
+    threads = [threading.Thread(target=upserts, args=(n,)) for n in ("gold.left", "gold.right")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for name, other in (("gold.left", "gold.right"), ("gold.right", "gold.left")):
+        table = DeltaTable(str(store.path(name)))
+        assert table.transaction_version(f"app-{name}") == 3
+        assert table.transaction_version(f"app-{other}") is None
+        expected = [(0, f"{name} 3"), (1, name), (2, name), (3, name)]
+        assertDataFrameEqual(store.read(name), spark.createDataFrame(expected, KV))
