@@ -330,10 +330,13 @@ def test_a_fail_rule_stops_the_flow_naming_rule_table_and_count(spark, settings,
         ),
     )
     _append_versions(spark, store, [[_bronze_row("a", 0), _bronze_row("b", 1)]])
-    spark.createDataFrame(
-        [("c", 1, "page_view", "/", None, T, "tablet", "US", None, "f", T)] * 1,
-        table_schema("events"),
-    ).write.format("deltalake").mode("append").save(str(store.path("bronze.events")))
+    store.write(
+        spark.createDataFrame(
+            [("c", 1, "page_view", "/", None, T, "tablet", "US", None, "f", T)],
+            table_schema("events"),
+        ),
+        "bronze.events",
+    )
     flow = dataclasses.replace(
         EVENTS_FLOW,
         transform=partial(events.silver_events, quality=strict),
