@@ -1,4 +1,4 @@
-"""Running flows: started one after the other, waited for until done (available-now) or until
+"""Running flows: started together, waited for until done (available-now) or until
 one ends (continuous), restarted after a transient error, stopped on request, recorded."""
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from lakehouse.runner.queries import start_flow
 from lakehouse.runner.recount import recorded_batches_of, recount_unrecorded
 from lakehouse.runner.stopping import (
     POLL_S,
+    CaughtUp,
     StopRequest,
     quiet_spark,
     stop_between_batches,
+    stop_caught_up,
     stop_on_signals,
-    stop_when_caught_up,
     where_stopped,
 )
 from lakehouse.settings import Settings
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 # busy, the flow is not wrong. Such a flow is started again.
 TRANSIENT_ERRORS = ("Python worker failed to connect back",)
 TRANSIENT_RESTARTS = 2  # per flow and run
+WATCH_S = 0.1  # how often an available-now run looks at its flows
 
 
 def transient(error: str) -> bool:
@@ -112,7 +114,6 @@ class _Queries:
         query = start_flow(self.spark, self.store, self.settings, self.flows[name])
         failed.append(self.current[name])
         self.current[name] = query
-        _wait_initialized(query)
         return True
 
     def attempts(self) -> dict[str, list[StreamingQuery]]:
@@ -148,8 +149,9 @@ class _Run:
         self.quiet = False  # Spark's log is off while the flows stop (see quiet_spark)
 
     def start(self) -> None:
-        """Start the flows one after the other (each recounts its unrecorded batches first);
-        those not started when a stop is requested stay so."""
+        """Start the flows (each recounts its unrecorded batches first), without waiting for
+        one to initialize before the next; those not started when a stop is requested stay
+        so."""
         recorded = recorded_batches_of(self.settings, self.flows)
         for flow in self.flows:
             if self.stop.requested:
@@ -159,12 +161,10 @@ class _Run:
                     recount_unrecorded(
                         self.spark, self.store, self.settings, flow, recorded, self.out, self.stop
                     )
-                query = self.queries.start(flow)
+                self.queries.start(flow)
             except Exception as exc:  # e.g. a missing input: in ops.runs, then raised
                 self.book.failed_to_start(flow.name, exc)
                 raise
-            if len(self.flows) > 1:
-                _wait_initialized(query)
 
     def wait(self) -> None:
         """Until the flows are done, or one ended (continuous), or a stop was requested: then
@@ -255,18 +255,26 @@ def _wait(
     waited for again."""
     stop = stop or StopRequest()
     if not continuous:
-        # flows are independent: one failing does not cut the others' work short
-        for name in queries:
-            while not stop.requested:
+        # every flow is watched at once: a flow that does not end by itself is stopped as
+        # soon as it has caught up, whatever the others do; flows are independent, so one
+        # failing does not cut the others' work short
+        watches = {name: CaughtUp(queries[name]) for name in endless}
+        running = set(queries)
+        while running and not stop.requested:
+            for name in sorted(running):
                 query = queries[name]
                 with contextlib.suppress(Exception):  # reported from query.exception()
+                    if name in watches and query.isActive and watches[name]():
+                        stop_caught_up(query, spark)
+                if query.isActive:
+                    continue
+                if restart(name):  # queries[name] is the flow's new query
                     if name in endless:
-                        stop_when_caught_up(query, stop, spark=spark)
-                    else:
-                        while not query.awaitTermination(POLL_S) and not stop.requested:
-                            pass
-                if stop.requested or not restart(name):
-                    break
+                        watches[name] = CaughtUp(queries[name])
+                    continue
+                running.discard(name)
+            if running:
+                time.sleep(WATCH_S)
         return
     while not stop.requested:
         with contextlib.suppress(Exception):  # a failed flow: reported from query.exception()
@@ -278,19 +286,6 @@ def _wait(
         ended = [name for name, query in queries.items() if not query.isActive]
         if ended and not all([restart(name) for name in ended]):
             return
-
-
-def _wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
-    """Until ``query`` has initialized its sources. A Python process Spark starts in the
-    driver (transformWithStateInPandas' driver-side worker) must connect back within Spark's
-    fixed 10 seconds; with many flows started at once on a small busy machine, some missed it.
-    Started one after the other they seldom do, and a flow that still does is restarted
-    (:data:`TRANSIENT_ERRORS`)."""
-    deadline = time.monotonic() + timeout_s
-    while query.isActive and time.monotonic() < deadline:
-        if query.status["message"] != "Initializing sources":
-            return
-        time.sleep(0.1)
 
 
 def run_layers(

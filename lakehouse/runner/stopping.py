@@ -86,39 +86,43 @@ def caught_up(progress: dict | None, first_batch: int | None = None) -> bool:
     return all(done(source) for source in progress["sources"])
 
 
-def stop_when_caught_up(
-    query: StreamingQuery,
-    stop: StopRequest | None = None,
-    poll_s: float = 0.1,
-    spark: SparkSession | None = None,
-    ended_wait_s: float = 30.0,
+class CaughtUp:
+    """Tells when an available-now query that does not stop by itself (a transformWithState
+    processor in the ProcessingTime mode asks for no-data micro-batches forever) has read
+    everything: its last micro-batch shows it caught up (:func:`caught_up`), counting from
+    the first batch of this run of the query. (``processAllAvailable`` never returns for such
+    a query: each no-data batch counts as progress.)"""
+
+    def __init__(self, query: StreamingQuery):
+        self.query = query
+        self.first_batch: int | None = None
+
+    def __call__(self) -> bool:
+        progress = self.query.lastProgress
+        if self.first_batch is None and progress is not None:
+            self.first_batch = progress["batchId"]
+        return caught_up(progress, self.first_batch)
+
+
+def stop_caught_up(
+    query: StreamingQuery, spark: SparkSession | None = None, ended_wait_s: float = 30.0
 ) -> None:
-    """Stop an available-now query that does not stop by itself once a micro-batch shows it
-    caught up (see :func:`caught_up`), or return when a stop is requested.
-    (``processAllAvailable`` never returns for such a query: each no-data batch counts as
-    progress.) Such a query begins its next no-data micro-batch at once, and the stop cuts it.
-    Cut inside its foreachBatch function, Spark's own check of the interruption overflows its
-    stack on the long Python error and the JVM prints the trace past any log level: the stop
-    waits for the function to return (:data:`BATCH_ENDED`, at most ``ended_wait_s``) and
-    stops the query while it commits or plans the next batch (repeated by the next run).
-    With ``spark``, Spark's log is off while it stops, or the interrupted file writes log
-    warnings and errors with stack traces although nothing failed."""
-    first_batch = None
+    """Stop a query that :class:`CaughtUp` found caught up. Such a query begins its next
+    no-data micro-batch at once, and the stop cuts it. Cut inside its foreachBatch function,
+    Spark's own check of the interruption overflows its stack on the long Python error and the
+    JVM prints the trace past any log level: the stop waits for the function to return
+    (:data:`BATCH_ENDED`, at most ``ended_wait_s``) and stops the query while it commits or
+    plans the next batch (repeated by the next run). With ``spark``, Spark's log is off while
+    it stops, or the interrupted file writes log warnings and errors with stack traces
+    although nothing failed."""
     # (a query whose sink is not a foreachBatch function, Delta's own, has no Python in the
     # driver to cut, and reports no batch)
     ended = BATCH_ENDED[query.name] if query.name else None
-    while query.isActive and not (stop and stop.requested):
-        progress = query.lastProgress
-        if first_batch is None and progress is not None:
-            first_batch = progress["batchId"]
-        if caught_up(progress, first_batch):
-            if ended is not None and BATCH_STEPS.get(query.name):
-                ended.clear()
-                ended.wait(ended_wait_s)
-            with spark_log_at(spark, "OFF") if spark else contextlib.nullcontext():
-                query.stop()
-            return
-        time.sleep(poll_s)
+    if ended is not None and BATCH_STEPS.get(query.name):
+        ended.clear()
+        ended.wait(ended_wait_s)
+    with spark_log_at(spark, "OFF") if spark else contextlib.nullcontext():
+        query.stop()
 
 
 def batch_id(query: StreamingQuery) -> int | None:
