@@ -484,9 +484,10 @@ def test_spark_submit_without_the_jars_is_one_line(tmp_path):
 
 
 def test_upserts_of_two_flows_at_once_each_record_only_their_own_app(spark, store):
-    """Flows of one job run in threads of one session, and an upsert's app transaction goes to
-    delta-spark through the session's confs: two MERGEs at once must neither take the other's
-    app id nor lose their version."""
+    """Flows of one job run at once, each streaming query in a session of its own (a clone
+    of the job's), and an upsert's app transaction goes to delta-spark through the confs of
+    its batch's session: two MERGEs at once, without a lock between them, neither take the
+    other's app id nor lose their version."""
     import threading
 
     for name in ("gold.left", "gold.right"):
@@ -495,9 +496,10 @@ def test_upserts_of_two_flows_at_once_each_record_only_their_own_app(spark, stor
     errors = []
 
     def upserts(name: str) -> None:
+        session = spark.newSession()  # as a streaming query's batches have
         try:
             for batch in (1, 2, 3):
-                rows_ = spark.createDataFrame([(0, f"{name} {batch}"), (batch, name)], KV)
+                rows_ = session.createDataFrame([(0, f"{name} {batch}"), (batch, name)], KV)
                 store.upsert(rows_, name, ["k"], f"app-{name}", batch)
         except Exception as exc:  # reported below, with the thread's table
             errors.append(f"{name}: {str(exc).splitlines()[0]}")

@@ -183,14 +183,17 @@ class TableStore:
         overwrite replaces the table's schema too. A schema that does not fit the table is
         refused in one line naming the columns."""
         _check_write_mode(mode)
+        if mode == "append" and txn and not self.exists(name):
+            # created first, alone: flows of one job appending at once to a table that does
+            # not exist yet (ops.quality_results) would both create it and one would fail
+            self.create(name, df.schema, partition_by)
         if mode == "append" and self.exists(name):
             if txn:
                 self._append_once(df, name, *txn, order_by=order_by)
                 return
             self._check_schema(df, name, self._transaction(name))
         failpoint(f"before-commit:{name}")  # delta-spark writes and commits in one call
-        with _SESSION_TXN_CONFS:  # it reads the app transaction confs an upsert may have set
-            self._save(df, name, mode, partition_by, txn, schema)
+        self._save(df, name, mode, partition_by, txn, schema)
 
     def _save(
         self,
@@ -241,27 +244,67 @@ class TableStore:
             missing = [k for k in keys if k not in df.columns]
             if missing:
                 raise ValueError(f"key column(s) {', '.join(missing)} of {name} not in the stream")
-            keys = list(keys)
-            app_ids: list[str] = []  # read once the query has written its id
 
-            steps = _Batches(query_name or _query_name(checkpoint))
+            def upsert(batch: DataFrame, batch_id: int, rows: int, app_id: str, _clock) -> None:
+                self.upsert(batch, name, keys, app_id, batch_id, rows=rows)
 
-            def upsert(batch: DataFrame, batch_id: int) -> None:
-                if not app_ids:
-                    app_ids.append(checkpoints.app_id(Path(checkpoint)))
-                clock = _Clock()
-                self.upsert(batch, name, keys, app_ids[0], batch_id)
-                clock.lap("write")
-                steps.done(batch_id, clock.laps)
-
-            return writer.foreachBatch(upsert).start()
+            return self._each_batch(writer, checkpoint, query_name, upsert)
         # created first: two queries whose first commits would both create it (two flows into
         # one table) fail with a protocol conflict in delta-spark
         self.create(
             name, df.schema, [c for c in (options or {}).get("partitionBy", "").split(",") if c]
         )
+        if output_mode != "append":
+            # delta-spark's own sink, exactly-once (it records the query id and batch id): an
+            # overwrite lists the table's files, the state its id lookup reconstructs anyway
+            return writer.format("delta").start(str(self.path(name)))
+
+        # appends as delta-spark's sink makes them (the app id is the query id, the version
+        # the batch id), at the price of an append, not of a state reconstruction
+        def append(batch: DataFrame, batch_id: int, rows: int, app_id: str, _clock) -> None:
+            self._append_once(self._sized(batch, rows), name, app_id, batch_id)
+
+        return self._each_batch(writer, checkpoint, query_name, append)
+
+    def _each_batch(
+        self,
+        writer,
+        checkpoint: str | Path,
+        query_name: str | None,
+        write: Callable[[DataFrame, int, int, str, _Clock], None],
+    ) -> StreamingQuery:
+        """Start ``writer``'s query with each micro-batch computed once, in full (persisted:
+        the tables' rows come from that one computation, and its stateful operators run, and
+        commit their state, in it), then handed to ``write(batch, batch_id, rows, app_id)``
+        when it has rows (with the clock of its steps). A batch of no rows writes nothing: no Delta transaction, no write
+        job (a no-data batch that only moved the watermark, a replayed batch's state). Spark
+        4.2 fails a foreachBatch whose state stores did not all commit, hence the count even
+        of a batch every table already records."""
+        app_ids: list[str] = []  # read once the query has written its id
         steps = _Batches(query_name or _query_name(checkpoint))
-        return self._start_sink(writer, name, output_mode, checkpoint, steps)
+
+        def each(batch: DataFrame, batch_id: int) -> None:
+            if not app_ids:
+                app_ids.append(checkpoints.app_id(Path(checkpoint)))
+            clock = _Clock()
+            batch = batch.persist()
+            try:
+                rows = batch.count()
+                clock.lap("compute")
+                if rows:
+                    write(batch, batch_id, rows, app_ids[0], clock)
+                    clock.lap("write")
+                steps.done(batch_id, clock.laps)
+            finally:
+                batch.unpersist()
+
+        return writer.foreachBatch(each).start()
+
+    def _sized(self, rows_df: DataFrame, rows: int) -> DataFrame:
+        """``rows_df`` (about ``rows`` rows) in one partition, one file, when they fit in one
+        file (``write.rows_per_file``): a micro-batch of a few rows is not spread over a file
+        per shuffle partition."""
+        return rows_df.coalesce(1) if rows <= self.settings.write.rows_per_file else rows_df
 
     def write_stream_routed(
         self,
@@ -286,38 +329,35 @@ class TableStore:
         for route in routes:
             split_table_name(route.table)
         rows_per_file = self.settings.write.rows_per_file
-        app_ids: list[str] = []
-        steps = _Batches(query_name or _query_name(checkpoint))
 
-        def write_batch(batch: DataFrame, batch_id: int) -> None:
-            if not app_ids:
-                app_ids.append(checkpoints.app_id(Path(checkpoint)))
+        def write_batch(batch: DataFrame, batch_id: int, _rows: int, app_id: str, clock):
             late_ms = checkpoints.late_watermark_ms(Path(checkpoint), batch_id)
             batch = with_batch_columns(batch, batch_id, late_ms)
-            batch = batch.persist()  # each table's rows come from one evaluation of the batch
             side = {}
-            clock = _Clock()
             try:
-                # computed once, in full, before anything (maybe in parallel) reads it: a
-                # replayed batch that every table skips must still run its stateful operators
-                # (Spark 4.2 fails a foreachBatch whose state stores did not all commit)
-                batch_rows = batch.count()
-                clock.lap("compute")
                 side = (before_write(batch, batch_id) if before_write else None) or {}
                 clock.lap("before_write")
-                for name, rows, partition_by, event_time, merge in routes:
-                    out = route_rows(rows, batch)
+                outs = [route_rows(route.rows, batch) for route in routes]
+                counts = _counts(outs)
+                clock.lap("count")
+                for (name, _, partition_by, event_time, merge), out, rows in zip(
+                    routes, outs, counts, strict=True
+                ):
+                    if not rows:  # no write job, no Delta transaction
+                        continue
                     if merge is not None:
-                        self.upsert(out, name, merge.keys, app_ids[0], batch_id, merge.updates)
+                        self.upsert(out, name, merge.keys, app_id, batch_id, merge.updates, rows)
                         failpoint(f"after-write:{name}")
                         continue
                     if event_time:
-                        out = timeorder.clustered(out, event_time, batch_rows, rows_per_file)
+                        out = timeorder.clustered(out, event_time, rows, rows_per_file)
+                    else:
+                        out = self._sized(out, rows)
                     self.write(
                         out,
                         name,
                         partition_by=partition_by,
-                        txn=(app_ids[0], batch_id),
+                        txn=(app_id, batch_id),
                         order_by=event_time,
                     )
                     failpoint(f"after-write:{name}")
@@ -327,16 +367,14 @@ class TableStore:
                         rows_df = rows_df.result()
                         clock.lap("wait_side")
                     if rows_df is not None:
-                        self.write(rows_df, name, txn=(app_ids[0], batch_id))
+                        self.write(rows_df.coalesce(1), name, txn=(app_id, batch_id))
                 clock.lap("write_side")
-                steps.done(batch_id, clock.laps)
             finally:
                 # background work on the batch ends before its cached data goes
                 wait([f for f in side.values() if isinstance(f, Future)])
-                batch.unpersist()
 
         writer = _stream_writer(df, "append", checkpoint, trigger, query_name)
-        return writer.foreachBatch(write_batch).start()
+        return self._each_batch(writer, checkpoint, query_name, write_batch)
 
     def _append_once(
         self, df: DataFrame, name: str, app_id: str, version: int, order_by: str | None = None
@@ -398,40 +436,21 @@ class TableStore:
         dfiles.check_schema(f"table {name}", dfiles.utc_schema(table), dfiles.utc_schema(incoming))
 
     def create(self, name: str, schema: StructType, partition_by: Sequence[str] = ()) -> bool:
-        if self.exists(name):
-            self.register(name)
-            return False
+        """Create table ``name`` empty, unless it exists; True when created. Creations of one
+        process take turns: two at once would both write version 0, and one fail."""
         from delta.tables import DeltaTable
 
-        builder = DeltaTable.createIfNotExists(self.spark).location(str(self.path(name)))
-        builder = builder.addColumns(schema)
-        if partition_by:
-            builder = builder.partitionedBy(*partition_by)
-        builder.execute()
-        self.register(name)
+        with _CREATING:
+            if self.exists(name):
+                self.register(name)
+                return False
+            builder = DeltaTable.createIfNotExists(self.spark).location(str(self.path(name)))
+            builder = builder.addColumns(schema)
+            if partition_by:
+                builder = builder.partitionedBy(*partition_by)
+            builder.execute()
+            self.register(name)
         return True
-
-    def _start_sink(
-        self, writer, name: str, output_mode: str, checkpoint: str | Path, steps: _Batches
-    ) -> StreamingQuery:
-        if output_mode != "append":
-            # delta-spark's own sink, exactly-once (it records the query id and batch id): an
-            # overwrite lists the table's files, the state its id lookup reconstructs anyway
-            return writer.format("delta").start(str(self.path(name)))
-        # appends as delta-spark's sink makes them (the app id is the query id, the version
-        # the batch id), at the price of an append, not of a state reconstruction
-        app_ids: list[str] = []
-
-        def append(batch: DataFrame, batch_id: int) -> None:
-            if not app_ids:
-                app_ids.append(checkpoints.app_id(Path(checkpoint)))
-            clock = _Clock()
-            if not self._append_once(batch, name, app_ids[0], batch_id):
-                _run_without_writing(batch)
-            clock.lap("write")
-            steps.done(batch_id, clock.laps)
-
-        return writer.foreachBatch(append).start()
 
     def upsert(
         self,
@@ -441,42 +460,52 @@ class TableStore:
         app_id: str,
         batch_id: int,
         updates: dict[str, str] | None = None,
+        rows: int | None = None,
     ) -> None:
+        """MERGE one micro-batch into ``name`` by ``keys``, once per ``(app_id, batch_id)``: a
+        matched row takes the batch's row (or, with ``updates``, each of those columns the
+        value of its SQL expression over ``t``, the table's row, and ``s``, the batch's).
+        ``rows``: the batch's row count, when the caller knows it. A batch of no rows writes
+        nothing; into a table with no rows yet the batch is appended (a MERGE would look for
+        matches it cannot find). The MERGE reads the batch as it is (the callers' batches are
+        persisted), and takes its app transaction from the confs of the batch's own session:
+        each streaming query runs in a session of its own, so no other flow sees them."""
         from delta.tables import DeltaTable
 
-        spark = df.sparkSession
-        path = str(self.path(name))
         jtxn = self._transaction(name) if self.exists(name) else None
         if jtxn is not None and _recorded_version(jtxn, app_id) >= batch_id:
-            _run_without_writing(df)
             log.info("upsert batch %s of %s already in %s: skipped", batch_id, app_id, name)
+            return
+        rows = df.count() if rows is None else rows
+        if not rows:
             return
         df = _unique_keys(df, name, keys, batch_id)
         try:
-            if jtxn is None:
-                self.write(df, name, txn=(app_id, batch_id))
+            if jtxn is None or jtxn.snapshot().numOfFiles() == 0:
+                self.write(self._sized(df, rows), name, txn=(app_id, batch_id))
                 return
             self._check_schema(df, name, jtxn)
-            # delta-spark's idempotent DML: the MERGE is skipped when (app id, version) is
-            # recorded already; the confs are the session's, so they are unset right after
-            # (left set, they would skip the session's later plain writes too), and no other
-            # flow's MERGE or plain write runs while they are set
-            with _SESSION_TXN_CONFS:
-                spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
-                spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
-                try:
-                    condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-                    merge = (
-                        DeltaTable.forPath(spark, path).alias("t").merge(df.alias("s"), condition)
-                    )
-                    if updates:
-                        merge = merge.whenMatchedUpdate(set=dict(updates))
-                    else:
-                        merge = merge.whenMatchedUpdateAll()
-                    merge.whenNotMatchedInsertAll().execute()
-                finally:
-                    spark.conf.unset("spark.databricks.delta.write.txnAppId")
-                    spark.conf.unset("spark.databricks.delta.write.txnVersion")
+            conf = df.sparkSession.conf
+            merge_confs = {
+                "spark.databricks.delta.write.txnAppId": app_id,
+                "spark.databricks.delta.write.txnVersion": str(batch_id),
+                "spark.databricks.delta.merge.materializeSource": "none",
+            }
+            for key, value in merge_confs.items():
+                conf.set(key, value)
+            try:
+                condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+                table = DeltaTable.forPath(df.sparkSession, str(self.path(name)))
+                merge = table.alias("t").merge(df.alias("s"), condition)
+                if updates:
+                    merge = merge.whenMatchedUpdate(set=dict(updates))
+                else:
+                    merge = merge.whenMatchedUpdateAll()
+                merge.whenNotMatchedInsertAll().execute()
+            finally:
+                # left set, they would skip the session's later plain writes too
+                for key in merge_confs:
+                    conf.unset(key)
         except Exception as exc:  # Spark's error, or py4j's around it
             if DUPLICATE_KEYS in str(exc):
                 message = str(exc)[str(exc).index(f"cannot upsert into {name}") :]
@@ -485,17 +514,19 @@ class TableStore:
 
 
 DUPLICATE_KEYS = "occur more than once in batch"
-# Held while delta-spark may read the session's app transaction confs
-# (spark.databricks.delta.write.txnAppId/txnVersion): an upsert sets them around its MERGE, and
-# a MERGE or plain write of another flow of the same session would take them for its own
-_SESSION_TXN_CONFS = threading.RLock()
+_CREATING = threading.RLock()  # one table creation at a time in this process (TableStore.create)
 
 
-def _run_without_writing(batch: DataFrame) -> None:
-    """Evaluate a replayed micro-batch that the table records already: its stateful
-    operators still run (Spark 4.2 fails a foreachBatch whose state stores did not all
-    commit), nothing is written."""
-    batch.write.format("noop").mode("overwrite").save()
+def _counts(frames: Sequence[DataFrame]) -> list[int]:
+    """The row counts of ``frames`` (derived from one persisted micro-batch), in one job."""
+    from functools import reduce
+
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    tagged = [frame.select(F.lit(i).alias("_i")) for i, frame in enumerate(frames)]
+    found = dict(reduce(DataFrame.unionAll, tagged).groupBy("_i").count().collect())
+    return [found.get(i, 0) for i in range(len(frames))]
 
 
 def _in_time_order(jvm, files, column: str):
