@@ -51,6 +51,11 @@ def session_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
         # the runner's per-flow report reads the progress of every micro-batch of a run
         "spark.sql.streaming.numRecentProgressUpdates": "10000",
+        # A union whose branches share one partitioning passes it on (Spark 4.2's default):
+        # a silver flow's routed micro-batch is such a union (its branches read one shuffle),
+        # and cached, each later read of it ran its stateful operators again (three times
+        # the duplicates, and the state, of silver.events)
+        "spark.sql.unionOutputPartitioning": "false",
         # Delta wants INT64 microsecond timestamps in Parquet, not Spark's default INT96
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.ui.enabled": str(settings.ui_enabled).lower(),

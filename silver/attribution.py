@@ -25,7 +25,16 @@ from lakehouse.quality import (
     load_rules,
 )
 from silver import late, quarantine
-from silver.quarantine import CHECKED, ROUTE, SIDE, to_quarantine
+from silver.quarantine import (
+    CHECKED,
+    ROUTE,
+    SIDE,
+    WATERMARK,
+    branches,
+    to_quarantine,
+    unpushed,
+    watermarked,
+)
 
 TABLE = "silver.ad_attribution"
 RULES = resources.files("silver") / "rules"  # package data: also loads from a zip
@@ -67,40 +76,47 @@ def attribution(
     imp = flag(impressions.select(*IMPRESSION_COLUMNS, "_source_file"), imp_rules)
     clk = flag(clicks.select(*CLICK_COLUMNS, "_source_file"), clk_rules)
     imp_bad, clk_bad = dropped(imp_rules), dropped(clk_rules)
-    i = (
-        imp.where(~imp_bad)
-        .withWatermark("impression_time", impressions_watermark)
-        .dropDuplicatesWithinWatermark(["impression_id"])
-        .alias("i")
-    )
-    c = (
-        clk.where(~clk_bad)
-        .withWatermark("click_time", clicks_watermark)
-        .dropDuplicatesWithinWatermark(["click_id"])
-        .alias("c")
-    )
-    joined = i.join(
-        c,
-        F.expr(
-            "c.impression_id = i.impression_id AND c.click_time >= i.impression_time"
-            f" AND c.click_time <= i.impression_time + interval {CLICK_WINDOW}"
-        ),
-        "leftOuter",
-    ).select(
-        *[F.col(f"i.{n}") for n in IMPRESSION_COLUMNS],
-        F.col("c.click_id"),
-        F.col("c.click_time"),
-        F.col("i._source_file"),
-        F.lit(TABLE).alias(ROUTE),
+    # one pass over each side's input: its watermark follows the rows that pass its rules
+    # only, then every row is hashed by the side's deduplication key, and both branches read
+    # that one shuffle (Spark reuses the exchange), so each bronze row is read, and counted
+    # as input, once. The join's time condition is on the watermark columns (equal to the
+    # event times on the rows it sees), which tell Spark when it may let go of its state.
+    imp_rows = watermarked(imp, imp_bad, "impression_time", impressions_watermark)
+    imp_rows = imp_rows.repartition("impression_id")
+    clk_rows = watermarked(clk, clk_bad, "click_time", clicks_watermark).repartition("click_id")
+    i = imp_rows.where(unpushed(~imp_bad)).dropDuplicatesWithinWatermark(["impression_id"])
+    c = clk_rows.where(unpushed(~clk_bad)).dropDuplicatesWithinWatermark(["click_id"])
+    joined = (
+        i.alias("i")
+        .join(
+            c.alias("c"),
+            F.expr(
+                f"c.impression_id = i.impression_id AND c.{WATERMARK} >= i.{WATERMARK}"
+                f" AND c.{WATERMARK} <= i.{WATERMARK} + interval {CLICK_WINDOW}"
+            ),
+            "leftOuter",
+        )
+        .select(
+            *[F.col(f"i.{n}") for n in IMPRESSION_COLUMNS],
+            F.col("c.click_id"),
+            F.col("c.click_time"),
+            F.col("i._source_file"),
+            F.lit(TABLE).alias(ROUTE),
+            # written nowhere: every column of the clicks the join saw, so that Spark reads
+            # them all on this side too and the clicks' shuffle stays the one both branches
+            # share (pruned to the columns used, it would be another, and read again)
+            F.struct(*[F.col(f"c.{n}") for n in (*CLICK_COLUMNS, "_source_file")]).alias(
+                "_clicks_read"
+            ),
+        )
     )
     # every input row once more, outside the join: the bad ones to quarantine, the others kept
     # in the micro-batch for great-expectations to see the whole input of both sides
-    checked = to_quarantine(imp.withColumn(SIDE, F.lit("impressions")), TABLE, imp_bad)
-    checked = checked.unionByName(
-        to_quarantine(clk.withColumn(SIDE, F.lit("clicks")), TABLE, clk_bad),
-        allowMissingColumns=True,
+    return branches(
+        joined,
+        to_quarantine(imp_rows.withColumn(SIDE, F.lit("impressions")), TABLE, imp_bad),
+        to_quarantine(clk_rows.withColumn(SIDE, F.lit("clicks")), TABLE, clk_bad),
     )
-    return joined.unionByName(checked, allowMissingColumns=True)
 
 
 SIDES = {  # input name: (its columns, its rules)

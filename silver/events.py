@@ -27,7 +27,7 @@ from lakehouse.quality import (
     load_rules,
 )
 from silver import late, quarantine
-from silver.quarantine import ROUTE, to_quarantine
+from silver.quarantine import ROUTE, branches, to_quarantine, unpushed, watermarked
 
 # package data, read through importlib so that it also loads from a zip (spark-submit --py-files)
 RULES_FILE = resources.files("silver") / "rules" / "events.toml"
@@ -63,16 +63,16 @@ def silver_events(
     quality = rules() if quality is None else quality
     flagged = flag(clean_events(bronze), quality)
     bad = dropped(quality)
-    kept = (
-        flagged.where(~bad)
-        .withWatermark("event_time", watermark)
-        .dropDuplicatesWithinWatermark(["event_id"])
-    )
-    # every input row once more, outside the watermark: the bad ones to quarantine, the others
-    # kept in the micro-batch to be validated and, when late, written to silver.late_events
-    return kept.withColumn(ROUTE, F.lit(TABLE)).unionByName(
-        to_quarantine(flagged, TABLE, bad), allowMissingColumns=True
-    )
+    # one pass over the input: the watermark follows the rows that pass the rules only (a
+    # quarantined row's time may be null or absurd), then every row is hashed by the
+    # deduplication key, and both branches read that one shuffle (Spark reuses the
+    # exchange), so each bronze row is read, and counted as input, once
+    rows = watermarked(flagged, bad, "event_time", watermark).repartition("event_id")
+    kept = rows.where(unpushed(~bad)).dropDuplicatesWithinWatermark(["event_id"])
+    # every input row once more, outside the deduplication: the bad ones to quarantine, the
+    # others kept in the micro-batch to be validated and, when late, written to
+    # silver.late_events
+    return branches(kept.withColumn(ROUTE, F.lit(TABLE)), to_quarantine(rows, TABLE, bad))
 
 
 def events_rows(routed: DataFrame) -> DataFrame:

@@ -12,6 +12,7 @@ TABLE = "silver.quarantine"
 ROUTE = "_route"  # the table a row of a routed silver stream belongs to
 CHECKED = "_checked"  # route of rows kept in a micro-batch to be validated, written nowhere
 SIDE = "_side"  # which input of a flow a quarantined or checked row came from
+WATERMARK = "_watermark_time"  # the event time the watermark follows: null on a bad row
 SCHEMA = StructType(
     [
         StructField("table", StringType()),
@@ -52,3 +53,34 @@ def quarantine_rows(routed: DataFrame) -> DataFrame:
         "_source_file",
         F.current_timestamp().alias("_quarantined_at"),
     )
+
+
+def watermarked(rows: DataFrame, bad: Column, time: str, delay: str) -> DataFrame:
+    """``rows`` with the watermark on :data:`WATERMARK`: ``time``, but null for a row that
+    breaks a drop rule, so that a quarantined row never moves it (a null time is not
+    seen). The stateful operators after it take that column for their event time."""
+    return rows.withColumn(WATERMARK, F.when(~bad, F.col(time))).withWatermark(WATERMARK, delay)
+
+
+def unpushed(condition: Column) -> Column:
+    """``condition`` as a filter the optimizer leaves where it is: not pushed below the
+    shuffle that the branches of a routed stream share, which it would then no longer be.
+    (A nondeterministic expression is never pushed down; this one always equals
+    ``condition``. A conditional would not do: a CASE WHEN in a filter becomes a conjunction
+    whose deterministic part is pushed; nor would rand(): Spark folds ``rand() >= 0`` to
+    true.)"""
+    return condition == (F.spark_partition_id() >= 0)
+
+
+def branches(first: DataFrame, *others: DataFrame) -> DataFrame:
+    """The union by name of a routed stream's branches, each column of each renamed anew:
+    the optimizer then drops the aliases inside every branch alike, so the branches' shared
+    part stays the same plan in each, and Spark computes it once (its exchange reused)."""
+
+    def fresh(branch: DataFrame) -> DataFrame:
+        return branch.select(*[F.col(c).alias(c) for c in branch.columns])
+
+    out = fresh(first)
+    for branch in others:
+        out = out.unionByName(fresh(branch), allowMissingColumns=True)
+    return out
