@@ -51,6 +51,10 @@ def session_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
         # the runner's per-flow report reads the progress of every micro-batch of a run
         "spark.sql.streaming.numRecentProgressUpdates": "10000",
+        # A file source lists the files of a micro-batch in a Spark job of its own, a task per
+        # file, above 32 files (bronze.clicks spent 5.6 s of its first batch of 1,373 lines so
+        # on 102 files); on the driver that is a few milliseconds per hundred files
+        "spark.sql.sources.parallelPartitionDiscovery.threshold": "10000",
         # A union whose branches share one partitioning passes it on (Spark 4.2's default):
         # a silver flow's routed micro-batch is such a union (its branches read one shuffle),
         # and cached, each later read of it ran its stateful operators again (three times
