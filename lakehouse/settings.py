@@ -178,6 +178,8 @@ class GoldSettings:
     # gold.sessions_custom keys its state by bucket of users: fewer, larger state calls.
     # About users / 150 is a good size (64 for 1,000,000 events); more buckets mean smaller state rewritten per batch
     session_buckets: int = 64
+    # gold.user_activity_spans keys its state by bucket of users too: one call per bucket
+    span_buckets: int = 64
     # a table of open sessions (gold.custom_sessions.SEED_SCHEMA) the first run of
     # gold.sessions_custom starts from, e.g. when migrating from another job; "" = none
     sessions_seed_table: str = ""
@@ -429,6 +431,7 @@ _POSITIVE = {
     "sql.port",
     "gold.session_max_pages",
     "gold.session_buckets",
+    "gold.span_buckets",
     "write.rows_per_file",
     "kafka.partitions",
     "kafka.api_timeout_s",

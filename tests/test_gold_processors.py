@@ -355,3 +355,40 @@ def test_purchases_that_cannot_matter_any_more_leave_the_state():
     tester.testInPandas(7, _purchases(("old", 0, 1.0)))
     tester.testInPandas(7, _purchases(("new", 12, 1.0)))  # 12 min > lateness 10 + 1 minute
     assert [e for _, e, _, _ in tester.peekListState("recent", 7)] == ["new"]
+
+
+def test_the_spans_of_a_bucket_of_users_merge_across_calls():
+    """gold.user_activity_spans keeps one bucket's open spans, many users' at once: a call's
+    rows become spans per user (a gap of more than 30 minutes starts another), and the spans
+    of two calls merge per user when at most 30 minutes apart; per event type, first and last
+    event and count."""
+    from gold.spans import merge, new_spans
+
+    idle = 30 * MINUTE
+
+    def rows(*events):
+        return pd.DataFrame(
+            {
+                "user_id": [u for u, _, _ in events],
+                "event_type": [t for _, _, t in events],
+                "event_time": [T + pd.Timedelta(minutes=m) for _, m, _ in events],
+            }
+        )
+
+    first = new_spans(rows((1, 0, "page_view"), (2, 0, "search"), (1, 5, "page_view")), idle)
+    second = new_spans(
+        rows((1, 35, "search"), (2, 31, "search"), (2, 90, "page_view"), (3, 1, "search")), idle
+    )
+    spans = merge(pd.concat([first, second], ignore_index=True), idle)
+    found = sorted(
+        (r.user, r.span_first, r.span_last, r.event_type, r.first, r.last, r.events)
+        for r in spans.itertuples()
+    )
+    assert found == [
+        (1, _ms(0), _ms(35), "page_view", _ms(0), _ms(5), 2),  # 5 to 35: 30 minutes, one span
+        (1, _ms(0), _ms(35), "search", _ms(35), _ms(35), 1),
+        (2, _ms(0), _ms(0), "search", _ms(0), _ms(0), 1),  # 31 minutes: two spans
+        (2, _ms(31), _ms(31), "search", _ms(31), _ms(31), 1),
+        (2, _ms(90), _ms(90), "page_view", _ms(90), _ms(90), 1),
+        (3, _ms(1), _ms(1), "search", _ms(1), _ms(1), 1),
+    ]
