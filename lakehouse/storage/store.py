@@ -77,11 +77,12 @@ class DeltaUnavailable(LakehouseError, RuntimeError):
     """delta-spark is not on the Spark classpath."""
 
 
-def trigger_kwargs(trigger: TriggerSettings) -> dict[str, Any]:
-    """``DataStreamWriter.trigger`` arguments for the configured trigger."""
+def trigger_kwargs(trigger: TriggerSettings, layer: str = "") -> dict[str, Any]:
+    """``DataStreamWriter.trigger`` arguments for the configured trigger (of ``layer``'s
+    flows)."""
     if trigger.mode == "available-now":
         return {"availableNow": True}
-    return {"processingTime": trigger.interval}
+    return {"processingTime": trigger.interval_of(layer)}
 
 
 class TableStore:
@@ -467,8 +468,8 @@ class TableStore:
         value of its SQL expression over ``t``, the table's row, and ``s``, the batch's).
         ``rows``: the batch's row count, when the caller knows it. A batch of no rows writes
         nothing; into a table with no rows yet the batch is appended (a MERGE would look for
-        matches it cannot find). The MERGE reads the batch as it is (the callers' batches are
-        persisted), and takes its app transaction from the confs of the batch's own session:
+        matches it cannot find). The MERGE takes its app transaction from the confs of the
+        batch's own session:
         each streaming query runs in a session of its own, so no other flow sees them."""
         from delta.tables import DeltaTable
 
@@ -489,7 +490,6 @@ class TableStore:
             merge_confs = {
                 "spark.databricks.delta.write.txnAppId": app_id,
                 "spark.databricks.delta.write.txnVersion": str(batch_id),
-                "spark.databricks.delta.merge.materializeSource": "none",
             }
             for key, value in merge_confs.items():
                 conf.set(key, value)
