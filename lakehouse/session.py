@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from lakehouse.jars import LOG4J_CONFIG, NativeJarsMissing, native_jars
@@ -17,6 +18,7 @@ from lakehouse.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+FAIR_POOLS = Path(__file__).with_name("fairscheduler.xml")
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 QUIET_LEVELS = ("WARN", "ERROR", "FATAL", "OFF")  # the log levels that hide the chatter below
@@ -65,6 +67,10 @@ def session_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
         "spark.ui.enabled": str(settings.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",
+        # a pool of the fair scheduler per layer (lakehouse.runner.queries puts each flow's
+        # jobs in its layer's)
+        "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.allocation.file": FAIR_POOLS.as_uri(),
     }
     if store.provider == "rocksdb":
         conf["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] = str(

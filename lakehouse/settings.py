@@ -63,6 +63,14 @@ class TriggerSettings:
     mode: str = "available-now"
     interval: str = "5 seconds"  # processing-time interval of the continuous mode
     max_files_per_trigger: int = 0  # 0: no limit
+    # a layer's own interval in continuous mode; "" = interval
+    bronze_interval: str = ""
+    silver_interval: str = ""
+    gold_interval: str = ""
+
+    def interval_of(self, layer: str) -> str:
+        """The processing-time interval of ``layer``'s flows in continuous mode."""
+        return getattr(self, f"{layer}_interval", "") or self.interval
 
 
 @dataclass(frozen=True)
@@ -418,6 +426,9 @@ _CHOICES = {
 }
 _DURATIONS = {
     "trigger.interval",
+    "trigger.bronze_interval",
+    "trigger.silver_interval",
+    "trigger.gold_interval",
     "watermarks.events",
     "watermarks.impressions",
     "watermarks.clicks",
@@ -425,6 +436,7 @@ _DURATIONS = {
     "gold.state_ttl",
     "scheduler.retry_delay",
 }
+_MAY_BE_EMPTY = {"trigger.bronze_interval", "trigger.silver_interval", "trigger.gold_interval"}
 _POSITIVE = {
     "shuffle_partitions",
     "state_store.min_batches_to_retain",
@@ -535,7 +547,7 @@ def _coerce(dotted: str, hint: Any, value: Any) -> Any:
             )
         if dotted.endswith(_TOPIC_START):
             _check_partition_offsets(dotted, text)
-        if dotted in _DURATIONS:
+        if dotted in _DURATIONS and (text or dotted not in _MAY_BE_EMPTY):
             try:
                 duration_seconds(text)
             except SettingsError as exc:

@@ -208,3 +208,22 @@ def test_a_flag_left_out_keeps_what_conf_says():
     assert settings.root == Path("/lake")
     flagged = settings_from_args(args, {"kafka.bootstrap_servers": "10.0.0.1:9092"})
     assert flagged.kafka.bootstrap_servers == "10.0.0.1:9092"
+
+
+def test_a_layer_can_run_at_its_own_interval_in_continuous_mode():
+    """trigger.<layer>_interval sets one layer's processing-time interval; the others keep
+    trigger.interval. In available-now mode every flow runs once, whatever the intervals."""
+    from lakehouse.storage import trigger_kwargs
+
+    s = load_settings(
+        "test",
+        config_path=CONF,
+        env={"LAKEHOUSE_TRIGGER__GOLD_INTERVAL": "1 minute"},
+        overrides={"trigger.mode": "continuous", "trigger.interval": "10 seconds"},
+    )
+    assert trigger_kwargs(s.trigger, "gold") == {"processingTime": "1 minute"}
+    assert trigger_kwargs(s.trigger, "bronze") == {"processingTime": "10 seconds"}
+    once = s.with_overrides({"trigger.mode": "available-now"})
+    assert trigger_kwargs(once.trigger, "gold") == {"availableNow": True}
+    with pytest.raises(SettingsError, match="setting 'trigger.silver_interval': invalid duration"):
+        s.with_overrides({"trigger.silver_interval": "soon"})

@@ -136,7 +136,23 @@ def start_flow(
             planned,
         )
     result = flow_frame(spark, store, settings, flow, checkpoint)
-    trigger = trigger_kwargs(settings.trigger)
+    trigger = trigger_kwargs(settings.trigger, flow.layer)
+    # the layer's pool of Spark's fair scheduler (lakehouse/fairscheduler.xml): in continuous
+    # mode gold's jobs get their share of the cores while bronze and silver are busy (the
+    # query's thread takes the pool of the thread that starts it)
+    context = spark.sparkContext
+    before = context.getLocalProperty("spark.scheduler.pool")
+    context.setLocalProperty("spark.scheduler.pool", flow.layer)
+    try:
+        return _start_sink(store, flow, result, checkpoint, trigger)
+    finally:
+        context.setLocalProperty("spark.scheduler.pool", before)
+
+
+def _start_sink(
+    store: TableStore, flow: Flow, result: DataFrame, checkpoint: Path, trigger: dict
+) -> StreamingQuery:
+    """The flow's sink: its one table, or a table per output (routed)."""
     if len(flow.outputs) == 1 and flow.outputs[0].rows is None:
         out = flow.outputs[0]
         options = {"partitionBy": ",".join(out.partition_by)} if out.partition_by else None
