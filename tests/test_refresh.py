@@ -140,8 +140,8 @@ def test_a_switch_cut_short_is_finished_by_the_next_run(spark, lake, capsys, mon
     leaves its staging and marker; the flow's next run finishes the switch before it starts."""
     settings = lake
     before = {t: _rows(settings, t) for t in ("gold.sessions_custom", "gold.session_stats_hourly")}
-    monkeypatch.setenv(FAILPOINT_ENV, "before-commit:gold.session_stats_hourly")
-    with pytest.raises(Exception, match="failpoint before-commit:gold.session_stats_hourly"):
+    monkeypatch.setenv(FAILPOINT_ENV, "before-switch:gold.session_stats_hourly")
+    with pytest.raises(Exception, match="failpoint before-switch:gold.session_stats_hourly"):
         refresh(spark, settings, flows_writing(["gold.sessions_custom"]), out=io.StringIO())
     monkeypatch.delenv(FAILPOINT_ENV)
     capsys.readouterr()

@@ -364,7 +364,8 @@ def test_routed_writes_replay_only_the_table_that_missed_the_batch(
     for name in ("silver.r_even", "silver.r_odd"):  # one commit per batch, each batch once
         table = DeltaTable(str(store.path(name)))
         assert table.transaction_version(app_id) == 1, name
-        assert len(table.history()) == 2, name
+        writes = [h for h in table.history() if h["operation"] == "WRITE"]
+        assert len(writes) == 2, name
     before = version(store, "silver.r_odd")
     forget_last_batch(checkpoint)
     run()  # the whole batch replayed: both tables skip it

@@ -164,6 +164,7 @@ class TableStore:
     ) -> None:
         """Overwrite table ``name`` with ``df`` in one commit, its schema too (a full
         refresh's switch); skipped, as a write, when the table records ``txn`` already."""
+        failpoint(f"before-switch:{name}")
         self.write(df, name, mode="overwrite", partition_by=partition_by, txn=txn, schema=True)
 
     # -- writing --
@@ -288,7 +289,7 @@ class TableStore:
             if not app_ids:
                 app_ids.append(checkpoints.app_id(Path(checkpoint)))
             clock = _Clock()
-            batch = batch.persist()
+            batch = _cacheable(batch).persist()
             try:
                 rows = batch.count()
                 clock.lap("compute")
@@ -515,6 +516,14 @@ class TableStore:
 
 DUPLICATE_KEYS = "occur more than once in batch"
 _CREATING = threading.RLock()  # one table creation at a time in this process (TableStore.create)
+
+
+def _cacheable(batch: DataFrame) -> DataFrame:
+    """A micro-batch as it can be persisted: the same rows in the same partitions, without
+    the partitioning its stateful operator gave it. Spark 4.2 fails to cache a streaming
+    aggregation's batch in update mode (``key not found`` while it maps the cached plan's
+    partitioning onto its output)."""
+    return batch.coalesce(batch._jdf.rdd().getNumPartitions())
 
 
 def _counts(frames: Sequence[DataFrame]) -> list[int]:
