@@ -45,7 +45,8 @@ def test_lake_layout():
         (
             {"trigger.mod": "x"},
             {},
-            "unknown setting 'trigger.mod'; allowed here: interval, max_files_per_trigger, mode",
+            "unknown setting 'trigger.mod'; allowed here: bronze_interval, gold_interval, "
+            "interval, max_files_per_trigger, mode, silver_interval",
         ),
         (
             {"trigger.mode": "once"},

@@ -523,7 +523,7 @@ def _cacheable(batch: DataFrame) -> DataFrame:
     the partitioning its stateful operator gave it. Spark 4.2 fails to cache a streaming
     aggregation's batch in update mode (``key not found`` while it maps the cached plan's
     partitioning onto its output)."""
-    return batch.coalesce(batch._jdf.rdd().getNumPartitions())
+    return batch.coalesce(max(1, batch._jdf.rdd().getNumPartitions()))
 
 
 def _counts(frames: Sequence[DataFrame]) -> list[int]:
