@@ -332,7 +332,7 @@ class TableStore:
             split_table_name(route.table)
         rows_per_file = self.settings.write.rows_per_file
 
-        def write_batch(batch: DataFrame, batch_id: int, _rows: int, app_id: str, clock):
+        def write_batch(batch: DataFrame, batch_id: int, batch_rows: int, app_id: str, clock):
             late_ms = checkpoints.late_watermark_ms(Path(checkpoint), batch_id)
             batch = with_batch_columns(batch, batch_id, late_ms)
             side = {}
@@ -340,20 +340,25 @@ class TableStore:
                 side = (before_write(batch, batch_id) if before_write else None) or {}
                 clock.lap("before_write")
                 outs = [route_rows(route.rows, batch) for route in routes]
-                counts = _counts(outs)
+                # a small batch's routes are counted (one job): an empty one is not written,
+                # a small one is one file; a large batch's empty routes cost little beside it
+                small = batch_rows <= rows_per_file
+                counts = _counts(outs) if small else [None] * len(outs)
                 clock.lap("count")
                 for (name, _, partition_by, event_time, merge), out, rows in zip(
                     routes, outs, counts, strict=True
                 ):
-                    if not rows:  # no write job, no Delta transaction
+                    if rows == 0:  # no write job, no Delta transaction
                         continue
                     if merge is not None:
                         self.upsert(out, name, merge.keys, app_id, batch_id, merge.updates, rows)
                         failpoint(f"after-write:{name}")
                         continue
                     if event_time:
-                        out = timeorder.clustered(out, event_time, rows, rows_per_file)
-                    else:
+                        out = timeorder.clustered(
+                            out, event_time, rows or batch_rows, rows_per_file
+                        )
+                    elif small:
                         out = self._sized(out, rows)
                     self.write(
                         out,
