@@ -90,6 +90,7 @@ def _settings(root: Path, event_log: str | None = None):
         Path(event_log).mkdir(parents=True, exist_ok=True)
         overrides["spark_conf.spark.eventLog.enabled"] = "true"
         overrides["spark_conf.spark.eventLog.dir"] = Path(event_log).absolute().as_uri()
+        overrides["spark_conf.spark.eventLog.compress"] = "false"  # bench/eventlog.py reads it
     return load_settings("local", overrides=overrides)
 
 
