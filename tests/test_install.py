@@ -56,6 +56,27 @@ def test_every_data_file_of_the_packages_is_declared_package_data():
         )
 
 
+def test_version_prints_the_package_version(capsys, monkeypatch):
+    """`lakehouse --version`: the installed distribution's version, or in a checkout that is
+    not installed the package's own __version__, which is pyproject's."""
+    import importlib.metadata
+
+    import lakehouse
+    from lakehouse.cli import main
+
+    assert lakehouse.__version__ == PYPROJECT["project"]["version"]
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"lakehouse {importlib.metadata.version('lakehouse')}\n"
+
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert lakehouse.version() == lakehouse.__version__
+
+
 # ---- a built wheel -----------------------------------------------------------------------
 
 
