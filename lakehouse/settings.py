@@ -306,7 +306,11 @@ def _checked_name(kind: str, name: str) -> str:
 
 
 def default_config_path() -> Path | None:
-    """``$LAKEHOUSE_CONFIG``, else ``./conf/lakehouse.toml``, else the checkout's own copy."""
+    """``$LAKEHOUSE_CONFIG``, else ``./conf/lakehouse.toml``, else the checkout's own copy.
+
+    None (an installed package run outside a checkout): the built-in defaults apply, which are
+    the checkout file's ``[defaults]`` and ``[profiles.local]`` (tests/test_settings.py checks),
+    so the ``local`` profile works without a file; the others need one."""
     explicit = os.environ.get(ENV_PREFIX + "CONFIG")
     if explicit:
         return Path(explicit)
@@ -349,7 +353,13 @@ def load_settings(
             + (f" (from {path})" if path else "")
         )
     if not profiles and profile != "local":
-        raise SettingsError(f"unknown profile {profile!r}: no settings file defines profiles")
+        if path is None:
+            raise SettingsError(
+                f"unknown profile {profile!r}: without a settings file (there is none at "
+                "./conf/lakehouse.toml; give one with --config or LAKEHOUSE_CONFIG) the only "
+                "profile is 'local'"
+            )
+        raise SettingsError(f"unknown profile {profile!r}: {path} defines no profiles")
 
     data = _as_dict(Settings())
     _deep_merge(data, document.get("defaults", {}), "")

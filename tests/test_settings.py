@@ -96,6 +96,21 @@ def test_unknown_profile_and_file_errors(tmp_path):
         load_settings(config_path=tmp_path / "missing.toml", env={})
 
 
+def test_without_a_settings_file_the_built_in_defaults_are_the_local_profile(monkeypatch):
+    """An installed package run outside a checkout finds no conf/lakehouse.toml: its built-in
+    defaults are what the file says for the local profile; another profile says how to give
+    the file."""
+    monkeypatch.setattr(settings_module, "default_config_path", lambda: None)
+    assert load_settings(env={}) == load_settings("local", config_path=CONF, env={})
+    with pytest.raises(SettingsError) as err:
+        load_settings(env={"LAKEHOUSE_PROFILE": "cluster"})
+    assert str(err.value) == (
+        "unknown profile 'cluster': without a settings file (there is none at "
+        "./conf/lakehouse.toml; give one with --config or LAKEHOUSE_CONFIG) the only profile "
+        "is 'local'"
+    )
+
+
 @pytest.fixture
 def fresh_warnings(monkeypatch):
     """Forget which variables this process was warned about already."""
