@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lakehouse import version
 from lakehouse.errors import LakehouseError
 from lakehouse.session import spark_session
 from lakehouse.settings import Settings, SettingsError, load_settings
@@ -395,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="lakehouse", description="Streaming medallion lakehouse on Spark and Delta"
     )
+    parser.add_argument("--version", action="version", version=f"lakehouse {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser(
         "maintain",

@@ -3,7 +3,8 @@
 Precedence, lowest first: the defaults below, ``[defaults]`` of the TOML file, ``[profiles.<name>]``
 of the TOML file, ``LAKEHOUSE_*`` environment variables, then explicit overrides (command line).
 Every value is validated when the settings are loaded, so a typo fails at start-up with the key and
-the allowed values, not an hour later inside a streaming query.
+the allowed values, not an hour later inside a streaming query. A ``LAKEHOUSE_*`` variable whose
+first part names no setting at all may belong to something else: it is ignored with a warning.
 
 The lake layout under ``root`` is fixed (ARCHITECTURE.md 3): ``landing/<source>/``,
 ``tables/<layer>/<table>/`` and ``checkpoints/<layer>/<flow>/``. Layer code asks this module for
@@ -13,7 +14,9 @@ paths; it never spells one.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
+import logging
 import os
 import re
 import tomllib
@@ -37,10 +40,21 @@ RETIRED = {
 TRIGGERS = ("available-now", "continuous")
 STATE_STORES = ("rocksdb", "hdfs")
 ENV_PREFIX = "LAKEHOUSE_"
+# LAKEHOUSE_* variables of the project that are not settings: PROFILE and CONFIG choose the
+# settings; HOME is the checkout the Airflow DAG file runs the tasks in, FAILPOINT a crash a test
+# injects, AIRFLOW_BIN the tests' Airflow. Any other variable whose first part names no setting
+# (a variable of another tool, a section misspelt) is ignored with one warning.
+PROJECT_VARIABLES = ("PROFILE", "CONFIG", "HOME", "FAILPOINT", "AIRFLOW_BIN")
 _DURATION = re.compile(r"^\s*(\d+)\s*(second|minute|hour|day)s?\s*$")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9._-]{0,200}$")
 _BOOTSTRAP = re.compile(r"^[^\s,:]+:\d{1,5}(,[^\s,:]+:\d{1,5})*$")
+
+
+log = logging.getLogger(__name__)
+# the variables already warned about: one warning per variable and process, however often the
+# settings are loaded
+_WARNED: set[str] = set()
 
 
 class SettingsError(LakehouseError, ValueError):
@@ -292,7 +306,11 @@ def _checked_name(kind: str, name: str) -> str:
 
 
 def default_config_path() -> Path | None:
-    """``$LAKEHOUSE_CONFIG``, else ``./conf/lakehouse.toml``, else the checkout's own copy."""
+    """``$LAKEHOUSE_CONFIG``, else ``./conf/lakehouse.toml``, else the checkout's own copy.
+
+    None (an installed package run outside a checkout): the built-in defaults apply, which are
+    the checkout file's ``[defaults]`` and ``[profiles.local]`` (tests/test_settings.py checks),
+    so the ``local`` profile works without a file; the others need one."""
     explicit = os.environ.get(ENV_PREFIX + "CONFIG")
     if explicit:
         return Path(explicit)
@@ -335,23 +353,49 @@ def load_settings(
             + (f" (from {path})" if path else "")
         )
     if not profiles and profile != "local":
-        raise SettingsError(f"unknown profile {profile!r}: no settings file defines profiles")
+        if path is None:
+            raise SettingsError(
+                f"unknown profile {profile!r}: without a settings file (there is none at "
+                "./conf/lakehouse.toml; give one with --config or LAKEHOUSE_CONFIG) the only "
+                "profile is 'local'"
+            )
+        raise SettingsError(f"unknown profile {profile!r}: {path} defines no profiles")
 
     data = _as_dict(Settings())
     _deep_merge(data, document.get("defaults", {}), "")
     _deep_merge(data, profiles.get(profile, {}), "")
     data["profile"] = profile
     for key, value in env.items():
-        if key.startswith(ENV_PREFIX) and key not in (
-            ENV_PREFIX + "PROFILE",
-            ENV_PREFIX + "CONFIG",
-        ):
-            dotted = key[len(ENV_PREFIX) :].lower().replace("__", ".")
+        if not key.startswith(ENV_PREFIX) or key[len(ENV_PREFIX) :] in PROJECT_VARIABLES:
+            continue
+        dotted = key[len(ENV_PREFIX) :].lower().replace("__", ".")
+        if dotted.split(".")[0] not in data and dotted not in RETIRED:
+            _warn_ignored(key, dotted, data)
+        else:  # a key misspelt inside a known section still fails
             _set_dotted(data, dotted, value, source=f"environment variable {key}")
     for key, value in (overrides or {}).items():
         if value is not None:
             _set_dotted(data, key, value)
     return _build(Settings, data, "")
+
+
+def _warn_ignored(key: str, dotted: str, data: Mapping[str, Any]) -> None:
+    """One line, once per process, for a ``LAKEHOUSE_*`` variable that names no setting."""
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    first = dotted.split(".")[0]
+    hint = ""
+    close = difflib.get_close_matches(first, list(data), n=1)
+    if close:
+        rest = key[len(ENV_PREFIX) + len(first) :]
+        hint = f" (did you mean {ENV_PREFIX}{close[0].upper()}{rest}?)"
+    log.warning(
+        "lakehouse: warning: ignoring environment variable %s: no setting is named %r%s",
+        key,
+        first,
+        hint,
+    )
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:

@@ -1,11 +1,15 @@
 """docker/: no Docker engine runs here, so the compose file is parsed and every service's command
 is checked against the project: spark-class runs a class that pyspark's jars hold, lakehouse
-commands parse with the real command line, scripts exist and are shipped by the Dockerfile, and
-every LAKEHOUSE_* variable is a valid setting."""
+commands parse with the real command line, scripts exist and are shipped by the Dockerfile, every
+LAKEHOUSE_* variable (the image's ENV and the services') is a valid setting or ignored with its
+warning, the image does not run as root, and every server has a healthcheck and a restart
+policy."""
 
 from __future__ import annotations
 
+import logging
 import re
+import shlex
 import subprocess
 import zipfile
 from pathlib import Path
@@ -13,9 +17,11 @@ from pathlib import Path
 import pyspark
 import pytest
 import yaml
+from dockerfile_helpers import final_stage, image_env, image_user, workdir
 
+from lakehouse import settings as settings_module
 from lakehouse.cli import build_parser
-from lakehouse.settings import load_settings
+from lakehouse.settings import ENV_PREFIX, PROJECT_VARIABLES, Settings, load_settings
 
 PROJECT = Path(__file__).resolve().parents[1]
 DOCKER = PROJECT / "docker"
@@ -97,7 +103,8 @@ def test_the_environment_is_valid_settings_pointing_at_the_master(compose):
     # the broker's listener for other containers, as the jobs' settings name it
     advertised = kafka["KAFKA_ADVERTISED_LISTENERS"].split(",")[0].removeprefix("PLAINTEXT://")
     for name, service in _pipeline_services(compose).items():
-        env = {k: str(v) for k, v in service["environment"].items()}
+        # what the container sees: the image's ENV, then the service's environment
+        env = {**image_env(), **{k: str(v) for k, v in service["environment"].items()}}
         settings = load_settings(config_path=PROJECT / "conf" / "lakehouse.toml", env=env)
         assert settings.master == f"spark://{host}:{port}", name
         assert settings.root == Path("/lake"), name
@@ -141,3 +148,109 @@ def test_the_kafka_service_is_the_broker_the_project_runs_locally(compose):
     assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"{env['KAFKA_NODE_ID']}@kafka:9093"
     assert "kafka:/var/lib/kafka/data" in kafka["volumes"]
     assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """Forget which variables this process was warned about already."""
+    monkeypatch.setattr(settings_module, "_WARNED", set(), raising=False)
+
+
+def test_every_lakehouse_variable_of_the_image_is_a_setting_or_ignored_with_a_warning(
+    fresh_warnings, caplog
+):
+    """The image's ENV lines must not stop a command (LAKEHOUSE_HOME did: "unknown setting
+    'home'"): each LAKEHOUSE_* one is a setting, one of the project's own variables, or ignored
+    with its warning. LAKEHOUSE_CONFIG names the settings file the image holds."""
+    env = image_env()
+    variables = [key for key in env if key.startswith(ENV_PREFIX)]
+    assert variables
+    with caplog.at_level(logging.WARNING, logger="lakehouse.settings"):
+        load_settings(config_path=PROJECT / "conf" / "lakehouse.toml", env=env)
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    sections = set(Settings.__dataclass_fields__)
+    for key in variables:
+        name = key[len(ENV_PREFIX) :]
+        first = name.lower().split("__")[0]
+        assert name in PROJECT_VARIABLES or first in sections or key in warned, key
+    config = env[ENV_PREFIX + "CONFIG"]
+    copies = _dockerfile_copies()
+    relative = Path(config).relative_to(workdir())
+    assert copies.get(relative.parts[0]) == f"./{relative.parts[0]}", f"the image lacks {config}"
+    assert (PROJECT / relative).is_file(), config
+
+
+def test_the_image_does_not_run_as_root(compose):
+    """USER names a user the Dockerfile creates, not root; it owns the folders the processes
+    write: the work dir and every volume's mount point of the services on the image."""
+    user = image_user()
+    assert user is not None, "the image has no USER: it runs as root"
+    name = user.split(":")[0]
+    assert name not in ("root", "0"), user
+    creates = [line for line in final_stage() if "useradd" in line]
+    assert creates, "the Dockerfile creates no user"
+    if name.isdigit():
+        assert f"--uid {name}" in creates[0], creates[0]
+    owned = set()
+    for line in final_stage():
+        for command in re.split(r"&&|;", line.removeprefix("RUN ")):
+            words = shlex.split(command)
+            if words and words[0] == "chown":
+                owned.update(w.rstrip("/") for w in words[2:] if not w.startswith("-"))
+    mounts = {
+        volume.split(":")[1]
+        for service in _pipeline_services(compose).values()
+        for volume in service["volumes"]
+    }
+    for folder in sorted(mounts | {workdir()}):
+        assert folder in owned, f"{folder} is not chown-ed to the image's user"
+
+
+def _checked_port(service: dict) -> int:
+    """The local port a service's healthcheck connects to."""
+    text = " ".join(service["healthcheck"]["test"])
+    match = re.search(r"127\.0\.0\.1(?::|',\s*)(\d+)", text)
+    assert match, f"the healthcheck does not connect to 127.0.0.1: {text}"
+    return int(match[1])
+
+
+def _flag(command: list[str], flag: str) -> int:
+    return int(command[command.index(flag) + 1])
+
+
+def test_every_server_has_a_healthcheck_on_its_own_port_and_a_restart_policy(compose):
+    services = compose["services"]
+    for name, service in services.items():
+        restart = service.get("restart", "no")
+        assert restart in ("always", "unless-stopped") or restart.startswith("on-failure"), name
+        check = service.get("healthcheck")
+        assert check and check["test"][0] in ("CMD", "CMD-SHELL"), f"{name}: no healthcheck"
+        if check["test"][1:3] == ["python", "-c"]:
+            compile(check["test"][3], f"{name} healthcheck", "exec")
+    assert _checked_port(services["spark-master"]) == _flag(
+        services["spark-master"]["command"], "--webui-port"
+    )
+    assert _checked_port(services["spark-worker"]) == _flag(
+        services["spark-worker"]["command"], "--webui-port"
+    )
+    assert _checked_port(services["sql"]) == _flag(services["sql"]["command"], "--port")
+    script = (PROJECT / services["scheduler"]["command"][1]).read_text()
+    api_port = int(re.search(r"api-server --port (\d+)", script)[1])
+    assert _checked_port(services["scheduler"]) == api_port
+    listeners = services["kafka"]["environment"]["KAFKA_LISTENERS"]
+    assert _checked_port(services["kafka"]) == int(re.search(r"PLAINTEXT://:(\d+)", listeners)[1])
+
+
+def test_a_service_starts_when_those_it_needs_are_healthy(compose):
+    """depends_on with conditions, not plain lists (which wait for a container to start, not
+    for its server to serve); a service waited on as healthy has a healthcheck."""
+    services = compose["services"]
+    for name, service in services.items():
+        needs = service.get("depends_on", {})
+        assert isinstance(needs, dict), f"{name}: depends_on is a plain list"
+        for other, how in needs.items():
+            assert how["condition"] == "service_healthy", f"{name} on {other}"
+            assert "healthcheck" in services[other], f"{name} waits on {other}, unchecked"
+    assert set(services["spark-worker"]["depends_on"]) == {"spark-master"}
+    assert set(services["sql"]["depends_on"]) == {"spark-master"}
+    assert set(services["scheduler"]["depends_on"]) == {"spark-master", "spark-worker"}

@@ -1,7 +1,12 @@
+import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from lakehouse import settings as settings_module
 from lakehouse.settings import SettingsError, duration_seconds, load_settings
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "lakehouse.toml"
@@ -64,7 +69,12 @@ def test_lake_layout():
             {},
             "must be true or false; got 'maybe'",
         ),
-        ({}, {"LAKEHOUSE_WATERMARK__EVENTS": "1 minute"}, "unknown setting 'watermark'"),
+        (
+            {},
+            {"LAKEHOUSE_WATERMARKS__EVENT": "1 minute"},
+            "unknown setting 'watermarks.event'; allowed here: attribution, clicks, events, "
+            "impressions (from environment variable LAKEHOUSE_WATERMARKS__EVENT)",
+        ),
     ],
 )
 def test_bad_values_name_the_key_and_the_allowed_values(overrides, env, message):
@@ -84,6 +94,84 @@ def test_unknown_profile_and_file_errors(tmp_path):
         load_settings(config_path=bad, env={})
     with pytest.raises(SettingsError, match="does not exist"):
         load_settings(config_path=tmp_path / "missing.toml", env={})
+
+
+def test_without_a_settings_file_the_built_in_defaults_are_the_local_profile(monkeypatch):
+    """An installed package run outside a checkout finds no conf/lakehouse.toml: its built-in
+    defaults are what the file says for the local profile; another profile says how to give
+    the file."""
+    monkeypatch.setattr(settings_module, "default_config_path", lambda: None)
+    assert load_settings(env={}) == load_settings("local", config_path=CONF, env={})
+    with pytest.raises(SettingsError) as err:
+        load_settings(env={"LAKEHOUSE_PROFILE": "cluster"})
+    assert str(err.value) == (
+        "unknown profile 'cluster': without a settings file (there is none at "
+        "./conf/lakehouse.toml; give one with --config or LAKEHOUSE_CONFIG) the only profile "
+        "is 'local'"
+    )
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """Forget which variables this process was warned about already."""
+    monkeypatch.setattr(settings_module, "_WARNED", set(), raising=False)
+
+
+def test_a_variable_that_names_no_setting_is_ignored_with_one_warning(fresh_warnings, caplog):
+    """Other tools set LAKEHOUSE_* variables too: one whose first part names no setting is
+    ignored, with one warning per variable (however often the settings are loaded); the
+    project's own (LAKEHOUSE_HOME of the DAG file and the image) without one."""
+    env = {
+        "LAKEHOUSE_HOME": "/opt/lakehouse",
+        "LAKEHOUSE_VERSION": "2",
+        "LAKEHOUSE_WATERMARK__EVENTS": "1 minute",
+        "LAKEHOUSE_ROOT": "/lake",
+    }
+    with caplog.at_level(logging.WARNING, logger="lakehouse.settings"):
+        settings = load_settings("test", config_path=CONF, env=env)
+        assert load_settings("test", config_path=CONF, env=env) == settings
+    assert settings == load_settings("test", config_path=CONF, env={}, overrides={"root": "/lake"})
+    assert [r.getMessage() for r in caplog.records] == [
+        "lakehouse: warning: ignoring environment variable LAKEHOUSE_VERSION: no setting is "
+        "named 'version'",
+        "lakehouse: warning: ignoring environment variable LAKEHOUSE_WATERMARK__EVENTS: no "
+        "setting is named 'watermark' (did you mean LAKEHOUSE_WATERMARKS__EVENTS?)",
+    ]
+
+
+def test_the_warning_is_one_line_and_a_misspelt_key_one_line_of_error(tmp_path):
+    """As a command shows them: the warning on stderr in one line, and a key misspelt inside a
+    known section (LAKEHOUSE_TRIGGER__MODEE) stops the command in one line, as before."""
+    probe = (
+        "import sys; from lakehouse.settings import load_settings; "
+        f"load_settings(config_path={str(CONF)!r}); load_settings(config_path={str(CONF)!r})"
+    )
+    env = {**os.environ, "LAKEHOUSE_NOT_A_SETTING": "1"}
+    env = {k: v for k, v in env.items() if not k.startswith("LAKEHOUSE_") or "NOT_A" in k}
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == (
+        "lakehouse: warning: ignoring environment variable LAKEHOUSE_NOT_A_SETTING: no setting "
+        "is named 'not_a_setting'\n"
+    )
+    env["LAKEHOUSE_TRIGGER__MODEE"] = "continuous"
+    done = subprocess.run(
+        [sys.executable, "-m", "lakehouse.cli", "status", "--root", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "lakehouse: warning: ignoring environment variable LAKEHOUSE_NOT_A_SETTING: no setting "
+        "is named 'not_a_setting'",
+        "lakehouse: error: unknown setting 'trigger.modee'; allowed here: bronze_interval, "
+        "gold_interval, interval, max_files_per_trigger, mode, silver_interval (from "
+        "environment variable LAKEHOUSE_TRIGGER__MODEE)",
+    ]
 
 
 RETIRED = (
