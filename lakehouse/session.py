@@ -142,12 +142,14 @@ def build_session(
     """Build (or return the active) SparkSession for these settings (plus ``extra_conf``, for
     what one command needs)."""
     check_java()
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM
+    if submitted:
+        settings = submitted_settings(settings)
     if settings.master.startswith("local"):
         # Spark's Python workers (data source planning among them) read this variable.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM
     conf = {
         **session_conf(settings, submitted),
         **(extra_conf or {}),
@@ -167,6 +169,19 @@ def build_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.log_level)
     return spark
+
+
+def submitted_settings(settings: Settings) -> Settings:
+    """Under spark-submit, the settings with spark-submit's master (``--master``, which an
+    Airflow connection holds, say): the session would otherwise replace it with the settings'.
+    spark-submit gives one always (``local[*]`` when left out)."""
+    from pyspark import SparkContext
+
+    SparkContext._ensure_initialized()  # the gateway of spark-submit's JVM
+    master = SparkContext._jvm.java.lang.System.getProperty("spark.master")
+    if not master or master == settings.master:
+        return settings
+    return settings.with_overrides({"master": master})
 
 
 def _launch_jvm_apart(conf: dict[str, str], quiet: bool = True) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from lakehouse import dist, jobs
 from lakehouse.cli import main
 from lakehouse.jars import LOG4J_CONFIG
+from lakehouse.settings import load_settings
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -122,3 +123,55 @@ def test_a_layer_entry_point_runs_from_the_zip_alone(tmp_path, capsys):
     assert pools.startswith("file:/") and not pools.startswith(f"file://{packed.code}")
     copy = Path(pools.removeprefix("file://"))
     assert copy.read_bytes() == (PROJECT / "lakehouse" / "fairscheduler.xml").read_bytes()
+
+
+def test_a_layer_submitted_from_the_package_runs_on_spark_submits_master(tmp_path, capsys):
+    """spark-submit of a layer as the Airflow DAG submits it: the packed folder only (zip, entry
+    point, log4j2 file, jars), from a folder that is not the checkout. The job runs on
+    spark-submit's master (an Airflow connection's), not the profile's (local[2]), and logs no
+    INFO line. On an empty lake the gold layer stops at its missing input, exit code 2."""
+    settings = load_settings("test", overrides={"root": str(tmp_path / "lake")})
+    main(["cluster", "package", "--profile", "test", "--output", str(tmp_path / "dist" / "x.zip")])
+    capsys.readouterr()
+    packed = dist.of_code(tmp_path / "dist" / "x.zip")
+    jars = ",".join(str(p) for p in sorted(packed.jars.glob("*.jar")))
+    assert "delta-spark_4.2_2.13" in jars  # from jars/lib (make setup)
+    events = tmp_path / "events"
+    events.mkdir()
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    env["LAKEHOUSE_CONFIG"] = str(PROJECT / "conf" / "lakehouse.toml")
+    env.pop("PYTHONPATH", None)
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("spark-submit")),
+            "--master", "local[1]",
+            "--conf", f"spark.driver.extraJavaOptions={dist.driver_java_options(packed)}",
+            "--conf", "spark.eventLog.enabled=true",
+            "--conf", f"spark.eventLog.dir={events.as_uri()}",
+            "--conf", "spark.eventLog.compress=false",
+            "--py-files", str(packed.code),
+            "--jars", jars,
+            "--name", "lakehouse-gold",
+            str(packed.job("gold")),
+            "--root", str(settings.root), "--profile", "test", "--trigger", "available-now",
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-3000:]
+    table = settings.root / "tables" / "silver" / "events"
+    assert f"lakehouse: error: input table silver.events does not exist at {table}" in output
+    assert [line for line in output.splitlines() if " INFO " in line] == []
+    (log,) = events.iterdir()
+    environment = next(
+        e
+        for e in map(json.loads, log.read_text().splitlines())
+        if e["Event"] == "SparkListenerEnvironmentUpdate"
+    )
+    properties = dict(environment["Spark Properties"])
+    assert properties["spark.master"] == "local[1]"
+    assert properties["spark.app.name"] == "lakehouse-gold"
