@@ -17,7 +17,11 @@ KAFKA_JARS_STAMP := $(KAFKA_JARS_DIR)/.fetched
 
 AIRFLOW_VENV := .venv-airflow
 AIRFLOW_VERSION := 3.3.2
-AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
+# SparkSubmitOperator (the DAGs' layer tasks); 6.3.4 needs apache-airflow>=2.11 and brings only
+# Spark Connect's client (pyspark-client), not Spark: spark-submit is the project's
+AIRFLOW_SPARK_PROVIDER_VERSION := 6.3.4
+# named after the versions: a venv made before the provider was added gets it at the next make
+AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed-$(AIRFLOW_VERSION)-spark-$(AIRFLOW_SPARK_PROVIDER_VERSION)
 
 .PHONY: setup jars airflow-setup scheduler demo test test-slow test-e2e test-faults test-matrix test-all lint bench bench-storage check-java clean
 
@@ -58,20 +62,27 @@ jars: $(JARS_STAMP) $(KAFKA_JARS_STAMP)
 
 setup: $(STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP)
 
-# Apache Airflow lives in its own virtual environment (its dependency tree is not ours); the
-# DAGs import only lakehouse.settings and run the tools of .venv.
-$(AIRFLOW_STAMP):
+# Apache Airflow lives in its own virtual environment (its dependency tree is not ours), with
+# the Apache Spark provider, and the project without its dependencies: the DAG file imports only
+# lakehouse's standard-library modules (settings, jars, dist, declared) and runs .venv's
+# spark-submit and lakehouse.
+$(AIRFLOW_STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11"; exit 1; }
-	$(PYTHON) -m venv $(AIRFLOW_VENV)
+	test -x $(AIRFLOW_VENV)/bin/pip || $(PYTHON) -m venv $(AIRFLOW_VENV)
 	$(AIRFLOW_VENV)/bin/pip install --quiet --upgrade pip
-	$(AIRFLOW_VENV)/bin/pip install --quiet "apache-airflow==$(AIRFLOW_VERSION)"
+	$(AIRFLOW_VENV)/bin/pip install --quiet "apache-airflow==$(AIRFLOW_VERSION)" \
+	  "apache-airflow-providers-apache-spark==$(AIRFLOW_SPARK_PROVIDER_VERSION)"
+	$(AIRFLOW_VENV)/bin/pip install --quiet --no-deps -e .
 	@touch $(AIRFLOW_STAMP)
 
 airflow-setup: $(AIRFLOW_STAMP)
 
 # Airflow's all-in-one mode on this machine (UI on http://localhost:8080), the DAGs running
-# the tools of .venv on the lake ROOT.
+# the tools of .venv on the lake ROOT; their spark-submit tasks' connection holds SPARK_MASTER
+# (unless AIRFLOW_CONN_SPARK_DEFAULT says otherwise).
+SPARK_MASTER ?= local[*]
 scheduler: setup airflow-setup check-java
+	AIRFLOW_CONN_SPARK_DEFAULT=$${AIRFLOW_CONN_SPARK_DEFAULT:-'{"conn_type": "spark", "host": "$(SPARK_MASTER)"}'} \
 	AIRFLOW_HOME=$${AIRFLOW_HOME:-$(CURDIR)/.airflow} \
 	AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/orchestration/dags \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False \

@@ -349,21 +349,22 @@ def cmd_kafka(args: argparse.Namespace) -> int:
 
 def cmd_cluster(args: argparse.Namespace) -> int:
     from lakehouse import cluster
-    from lakehouse.jars import LOG4J_CONFIG
+    from lakehouse.dist import driver_java_options
 
     settings = settings_from_args(args)
     if args.action == "package":
-        code = cluster.package(Path(args.output))
-        print(f"project code packed in {code}")
-        jars = cluster.package_jars(settings, code.parent / "jars")
+        dist, jars = cluster.package_dist(settings, Path(args.output).absolute())
+        print(f"project code packed in {dist.code}, the layers' entry points in {dist.jobs}")
         submit = (
-            f"spark-submit --master {settings.master} --py-files {code} "
-            f"--driver-java-options -Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
+            f"spark-submit --master {settings.master} --py-files {dist.code} "
+            f"--driver-java-options {driver_java_options(dist)}"
         )
         if jars:
-            print(f"delta-spark jars copied to {code.parent / 'jars'} ({len(jars)} files)")
+            print(f"delta-spark jars copied to {dist.jars} ({len(jars)} files)")
             submit += " --jars " + ",".join(str(j) for j in jars)
-        print(f"submit with: {submit} jobs/<layer>.py --root <lake root>")
+        elif settings.native.jars_packages:
+            submit += f" --packages {settings.native.jars_packages}"
+        print(f"submit with: {submit} {dist.jobs}/<layer>.py --root <lake root>")
         return 0
     if args.action == "start":
         ep = cluster.start(settings, cores=args.cores, memory=args.memory)

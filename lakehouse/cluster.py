@@ -5,7 +5,8 @@ project's code packed for ``spark-submit --py-files``.
 The master's address comes from the settings' ``master`` (``spark://127.0.0.1:7077`` in the
 ``cluster`` profile). Processes, logs and pid files live under ``<root>/cluster/``; a worker's
 executors run Python with this interpreter (the project's virtual environment), which has the
-third-party packages; the project's own code reaches them in the zip ``package`` writes.
+third-party packages; the project's own code reaches them in the zip ``package`` writes, one of
+the files ``package_dist`` puts in a folder for spark-submit (lakehouse.dist).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lakehouse.dist import Dist, of_code
 from lakehouse.errors import LakehouseError
 from lakehouse.processes import alive, listening, stop_group
 from lakehouse.settings import Settings
@@ -174,28 +176,61 @@ def status(settings: Settings, master_ui: int = 8080) -> dict:
     }
 
 
+def _replace(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` through a temporary file beside it: a job starting
+    meanwhile reads the old file or the new one, never half of one."""
+    partial = target.with_name(f".{target.name}.partial")
+    shutil.copy2(source, partial)
+    os.replace(partial, target)
+
+
 def package_jars(settings: Settings, dest: Path) -> list[Path]:
     """Copy the project's jars (lakehouse.jars) into folder ``dest`` for ``spark-submit
-    --jars``: the driver and every executor load Delta from them."""
+    --jars``: the driver and every executor load Delta from them. A jar already there (same
+    size and time) is not copied again; a jar of ``dest`` the project no longer has is deleted,
+    so ``dest/*.jar`` is the classpath."""
     from lakehouse.jars import native_jars
 
     dest.mkdir(parents=True, exist_ok=True)
     copied = []
-    for jar in native_jars(settings):
-        target = dest / Path(jar).name
-        shutil.copyfile(jar, target)
+    for jar in map(Path, native_jars(settings)):
+        target = dest / jar.name
+        have, want = target.stat() if target.exists() else None, jar.stat()
+        if have is None or (have.st_size, have.st_mtime_ns) != (want.st_size, want.st_mtime_ns):
+            _replace(jar, target)
         copied.append(target)
+    for stale in set(dest.glob("*.jar")) - set(copied):
+        stale.unlink()
     return copied
 
 
 def package(dest: Path) -> Path:
     """The project's packages (code and their data files, such as quality rules) in one zip
-    for ``spark-submit --py-files``."""
+    for ``spark-submit --py-files``, from where this module is: a checkout or an installed
+    project. Written beside ``dest`` first, then moved over it."""
     root = Path(__file__).resolve().parent.parent
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as archive:
+    partial = dest.with_name(f".{dest.name}.partial")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
         for name in PACKAGES:
             for path in sorted((root / name).rglob("*")):
                 if path.is_file() and "__pycache__" not in path.parts:
                     archive.write(path, path.relative_to(root))
+    os.replace(partial, dest)
     return dest
+
+
+def package_dist(settings: Settings, code: Path) -> tuple[Dist, list[Path]]:
+    """Everything spark-submit needs to run a layer, in the folder of code zip ``code``
+    (lakehouse.dist): the zip, the layers' entry points, the log4j2 file and the jars; the
+    folder and the jars copied."""
+    from lakehouse import jobs
+    from lakehouse.jars import LOG4J_CONFIG
+
+    dist = of_code(code)
+    package(dist.code)
+    dist.jobs.mkdir(parents=True, exist_ok=True)
+    for layer in jobs.LAYERS:
+        _replace(Path(jobs.script(layer)), dist.job(layer))
+    _replace(LOG4J_CONFIG, dist.log4j)
+    return dist, package_jars(settings, dist.jars)

@@ -4,10 +4,13 @@ creates a session at import time."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 import threading
+from importlib import resources
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -70,7 +73,7 @@ def session_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
         # a pool of the fair scheduler per layer (lakehouse.runner.queries puts each flow's
         # jobs in its layer's)
         "spark.scheduler.mode": "FAIR",
-        "spark.scheduler.allocation.file": FAIR_POOLS.as_uri(),
+        "spark.scheduler.allocation.file": fair_pools_file().as_uri(),
     }
     if store.provider == "rocksdb":
         conf["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] = str(
@@ -85,6 +88,23 @@ def session_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
     conf.update(delta_conf(settings, submitted))
     conf.update(settings.spark_conf)
     return conf
+
+
+def fair_pools_file() -> Path:
+    """:data:`FAIR_POOLS` as a file Spark can open. Imported from a zip (spark-submit
+    --py-files puts the code zip first on the driver's path) the package's file is inside the
+    zip, where Spark cannot read it: then a copy in the temporary folder, named after its
+    content."""
+    if FAIR_POOLS.is_file():
+        return FAIR_POOLS
+    data = resources.files("lakehouse").joinpath(FAIR_POOLS.name).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    copy = Path(tempfile.gettempdir()) / f"lakehouse-fairscheduler-{digest}.xml"
+    if not copy.is_file():
+        partial = copy.with_name(f".{copy.name}.{os.getpid()}")
+        partial.write_bytes(data)
+        os.replace(partial, copy)
+    return copy
 
 
 def delta_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
@@ -122,12 +142,14 @@ def build_session(
     """Build (or return the active) SparkSession for these settings (plus ``extra_conf``, for
     what one command needs)."""
     check_java()
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM
+    if submitted:
+        settings = submitted_settings(settings)
     if settings.master.startswith("local"):
         # Spark's Python workers (data source planning among them) read this variable.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM
     conf = {
         **session_conf(settings, submitted),
         **(extra_conf or {}),
@@ -147,6 +169,19 @@ def build_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.log_level)
     return spark
+
+
+def submitted_settings(settings: Settings) -> Settings:
+    """Under spark-submit, the settings with spark-submit's master (``--master``, which an
+    Airflow connection holds, say): the session would otherwise replace it with the settings'.
+    spark-submit gives one always (``local[*]`` when left out)."""
+    from pyspark import SparkContext
+
+    SparkContext._ensure_initialized()  # the gateway of spark-submit's JVM
+    master = SparkContext._jvm.java.lang.System.getProperty("spark.master")
+    if not master or master == settings.master:
+        return settings
+    return settings.with_overrides({"master": master})
 
 
 def _launch_jvm_apart(conf: dict[str, str], quiet: bool = True) -> None:

@@ -48,6 +48,7 @@ PROJECT_VARIABLES = ("PROFILE", "CONFIG", "HOME", "FAILPOINT", "AIRFLOW_BIN")
 _DURATION = re.compile(r"^\s*(\d+)\s*(second|minute|hour|day)s?\s*$")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9._-]{0,200}$")
+_CONN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")  # what Airflow accepts as a connection id
 _BOOTSTRAP = re.compile(r"^[^\s,:]+:\d{1,5}(,[^\s,:]+:\d{1,5})*$")
 
 
@@ -219,6 +220,12 @@ class SchedulerSettings:
     generate_events: int = 0
     # folder holding ``spark-submit`` and ``lakehouse``; "" = found on the PATH
     bin_dir: str = ""
+    # the Airflow connection of the layers' spark-submit tasks: it holds the master (and
+    # deploy mode); spark-submit's master is the job's (lakehouse.session.submitted_settings)
+    spark_conn_id: str = "spark_default"
+    # where each pipeline run packs the installed project for spark-submit first (code zip, the
+    # layers' entry points, log4j2 file, jars: lakehouse.dist); "" = <root>/dist
+    dist_dir: str = ""
 
 
 @dataclass(frozen=True)
@@ -584,6 +591,11 @@ def _coerce(dotted: str, hint: Any, value: Any) -> Any:
         if dotted == "kafka.topic_prefix" and not _TOPIC_PREFIX.match(text):
             raise SettingsError(
                 f"setting {dotted!r} may hold letters, digits, '.', '_' and '-' only; got {text!r}"
+            )
+        if dotted == "scheduler.spark_conn_id" and not _CONN_ID.match(text):
+            raise SettingsError(
+                f"setting {dotted!r} must be an Airflow connection id (letters, digits, '.', "
+                f"'_', '-'); got {text!r}"
             )
         if dotted == "kafka.bootstrap_servers" and not _BOOTSTRAP.match(text):
             raise SettingsError(

@@ -27,8 +27,6 @@ from lakehouse.storage import table_store
 
 FLOWS = layer_flows("gold")
 
-JOBS = Path(__file__).resolve().parents[1] / "jobs"
-
 
 def _free_ports(n: int) -> list[int]:
     sockets = [socket.socket() for _ in range(n)]
@@ -73,8 +71,8 @@ def test_the_layers_on_a_standalone_cluster_equal_a_local_run(spark, tmp_path):
     )
     gen.generate(spark, on_cluster.root, params, progress=lambda s: Progress(s, io.StringIO()))
     shutil.copytree(on_cluster.landing_path(), local.landing_path())
-    code = cluster.package(tmp_path / "lakehouse-code.zip")
-    jars = cluster.package_jars(on_cluster, tmp_path / "jars")  # delta-spark, for every JVM
+    # the code zip, the layers' entry points and delta-spark's jars (for every JVM), packed
+    dist, jars = cluster.package_dist(on_cluster, tmp_path / "dist" / "lakehouse-code.zip")
     assert any(j.name.startswith("delta-spark_4.2_2.13-") for j in jars)
 
     ep = cluster.start(on_cluster, cores=2, memory="2g", master_ui=master_ui, worker_ui=worker_ui)
@@ -87,9 +85,9 @@ def test_the_layers_on_a_standalone_cluster_equal_a_local_run(spark, tmp_path):
         }
         for layer in ("bronze", "silver", "gold"):
             done = subprocess.run(
-                [str(submit), "--master", ep.url, "--py-files", str(code),
+                [str(submit), "--master", ep.url, "--py-files", str(dist.code),
                  "--jars", ",".join(str(j) for j in jars),
-                 "--conf", "spark.executor.memory=1g", str(JOBS / f"{layer}.py"),
+                 "--conf", "spark.executor.memory=1g", str(dist.job(layer)),
                  "--root", str(on_cluster.root), "--profile", "cluster",
                  "--conf", f"master={ep.url}", "--conf", "shuffle_partitions=2"],
                 capture_output=True, text=True, timeout=900, env=env,

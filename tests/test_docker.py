@@ -7,6 +7,7 @@ policy."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shlex
@@ -112,6 +113,10 @@ def test_the_environment_is_valid_settings_pointing_at_the_master(compose):
         assert settings.kafka.bootstrap_servers == advertised, name
     worker = compose["services"]["spark-worker"]["command"]
     assert worker[-1] == f"spark://{host}:{port}"
+    # the DAGs' spark-submit tasks get the master from their Airflow connection
+    scheduler = compose["services"]["scheduler"]["environment"]
+    connection = json.loads(scheduler["AIRFLOW_CONN_SPARK_DEFAULT"])
+    assert connection == {"conn_type": "spark", "host": f"spark://{host}", "port": int(port)}
 
 
 def test_the_dockerfile_ships_what_the_image_runs():
@@ -130,9 +135,14 @@ def test_the_dockerfile_ships_what_the_image_runs():
     assert "-f jars/pom.xml dependency:copy-dependencies" in text
     assert "COPY --from=jars /build/jars/lib ./jars/lib" in text
     assert "ENV LAKEHOUSE_NATIVE__JARS_DIR=/opt/lakehouse/jars/lib" in text
-    # the Airflow the image installs is the one the Makefile installs and the tests use
-    airflow = re.search(r"AIRFLOW_VERSION := (\S+)", (PROJECT / "Makefile").read_text())[1]
+    # the Airflow the image installs is the one the Makefile installs and the tests use, with
+    # the same Apache Spark provider, and the project (without its dependencies) for the DAGs
+    makefile = (PROJECT / "Makefile").read_text()
+    airflow = re.search(r"AIRFLOW_VERSION := (\S+)", makefile)[1]
     assert f'"apache-airflow=={airflow}"' in text
+    provider = re.search(r"AIRFLOW_SPARK_PROVIDER_VERSION := (\S+)", makefile)[1]
+    assert f'"apache-airflow-providers-apache-spark=={provider}"' in text
+    assert "/opt/airflow-venv/bin/pip install --no-cache-dir --no-deps ." in text
 
 
 def test_the_kafka_service_is_the_broker_the_project_runs_locally(compose):

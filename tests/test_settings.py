@@ -75,6 +75,13 @@ def test_lake_layout():
             "unknown setting 'watermarks.event'; allowed here: attribution, clicks, events, "
             "impressions (from environment variable LAKEHOUSE_WATERMARKS__EVENT)",
         ),
+        (
+            {"scheduler.spark_conn_id": "spark default"},
+            {},
+            "setting 'scheduler.spark_conn_id' must be an Airflow connection id (letters, "
+            "digits, '.', '_', '-'); got 'spark default'",
+        ),
+        ({"scheduler.spark_conn_id": ""}, {}, "must be an Airflow connection id"),
     ],
 )
 def test_bad_values_name_the_key_and_the_allowed_values(overrides, env, message):
@@ -316,3 +323,12 @@ def test_a_layer_can_run_at_its_own_interval_in_continuous_mode():
     assert trigger_kwargs(once.trigger, "gold") == {"availableNow": True}
     with pytest.raises(SettingsError, match="setting 'trigger.silver_interval': invalid duration"):
         s.with_overrides({"trigger.silver_interval": "soon"})
+
+
+def test_the_airflow_dags_spark_connection_and_package_folder():
+    s = load_settings("test", config_path=CONF, env={})
+    assert (s.scheduler.spark_conn_id, s.scheduler.dist_dir) == ("spark_default", "")
+    env = {"LAKEHOUSE_SCHEDULER__SPARK_CONN_ID": "spark_cluster"}
+    assert load_settings("test", config_path=CONF, env=env).scheduler.spark_conn_id == (
+        "spark_cluster"
+    )

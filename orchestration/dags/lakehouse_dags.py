@@ -1,16 +1,26 @@
 """Airflow DAGs of the lakehouse: the pipeline on a schedule and its daily maintenance.
 
-``lakehouse_pipeline`` runs ``[generate] >> bronze >> silver >> gold``, each layer a
-``spark-submit jobs/<layer>.py`` in available-now mode (process what is new, then stop), on
-settings ``scheduler.schedule``. ``lakehouse_maintenance`` runs ``lakehouse maintain`` (compaction,
-vacuum) on ``scheduler.maintenance_schedule``. Retries and their delay come from the settings too.
+``lakehouse_pipeline`` runs ``package`` (and ``generate``, when ``scheduler.generate_events`` is
+set), then ``bronze >> silver >> gold`` on settings ``scheduler.schedule``. ``package`` has the
+project installed on the worker pack itself (``lakehouse cluster package``) into a folder
+(``scheduler.dist_dir``, default ``<root>/dist``; lakehouse.dist): the code zip, the layers'
+entry points, the log4j2 file and the delta-spark jars. Each layer is then a
+``SparkSubmitOperator`` of that folder's ``jobs/<layer>.py`` with the zip as ``--py-files``, in
+available-now mode (process what is new, then stop), on the Airflow connection
+``scheduler.spark_conn_id``, which holds the master. The gold task publishes each gold table as
+an Airflow asset, so other DAGs can be scheduled on them. ``lakehouse_maintenance`` runs
+``lakehouse maintain`` (compaction, vacuum) on ``scheduler.maintenance_schedule``. Retries and
+their delay come from the settings too.
 
-The DAGs read the project's settings (``conf/lakehouse.toml``, the profile in
-``$LAKEHOUSE_PROFILE``, ``LAKEHOUSE_*`` variables) when Airflow parses this file. Only
-``lakehouse.settings`` and ``lakehouse.jars`` are imported, which need the standard library alone, so Airflow can live in
-its own virtual environment: the tasks run the project's ``spark-submit`` and ``lakehouse`` from
-``scheduler.bin_dir``. ``$LAKEHOUSE_HOME`` is the project checkout (default: two folders above
-this file); the tasks run there, and a relative lake root is taken from there.
+Nothing of a checkout is needed where the tasks run: the project installed (its ``spark-submit``,
+``lakehouse`` and Python with the dependencies, in ``scheduler.bin_dir`` or on the PATH) and the
+settings file (``$LAKEHOUSE_CONFIG``, passed on to every task). The DAGs read the project's
+settings (that file, the profile in ``$LAKEHOUSE_PROFILE``, ``LAKEHOUSE_*`` variables) when
+Airflow parses this file, through modules of the project that need the standard library alone:
+the project is installed into Airflow's own environment without its dependencies (``make
+airflow-setup`` does). The gold tables come from ``lakehouse/declared_tables.json``, which a
+test keeps equal to the declarations (importing those would import pyspark). A relative lake
+root is taken from the folder Airflow parses the DAGs in: set an absolute ``LAKEHOUSE_ROOT``.
 
 A run of a layer must never overlap another run of itself (one checkpoint, one writer): the
 pipeline DAG allows one active run and no catch-up, so a late run is skipped, not queued; the next
@@ -21,27 +31,34 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-HOME = Path(os.environ.get("LAKEHOUSE_HOME") or Path(__file__).resolve().parents[2])
-if str(HOME) not in sys.path:
-    sys.path.insert(0, str(HOME))
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.operators.bash import BashOperator
+from airflow.sdk import DAG, Asset
 
-from airflow.providers.standard.operators.bash import BashOperator  # noqa: E402
-from airflow.sdk import DAG  # noqa: E402
-
-from lakehouse.jars import NativeJarsMissing, spark_submit_args  # noqa: E402
-from lakehouse.settings import duration_seconds, load_settings  # noqa: E402
+try:
+    from lakehouse import dist
+    from lakehouse.declared import layer_tables
+    from lakehouse.jars import NativeJarsMissing, native_jars
+    from lakehouse.settings import default_config_path, duration_seconds, load_settings
+except ImportError as exc:
+    raise ImportError(
+        "the lakehouse DAGs read the project's settings: install the project into Airflow's "
+        "environment without its dependencies (`pip install --no-deps <project>`, as `make "
+        f"airflow-setup` does): {exc}"
+    ) from exc
 
 LAYERS = ("bronze", "silver", "gold")
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _settings():
-    config = os.environ.get("LAKEHOUSE_CONFIG") or HOME / "conf" / "lakehouse.toml"
-    return load_settings(config_path=config)
+def _config() -> Path | None:
+    """The settings file: ``$LAKEHOUSE_CONFIG``, else ``conf/lakehouse.toml`` here or beside
+    the project (lakehouse.settings.default_config_path); None: built-in defaults."""
+    path = default_config_path()
+    return path.absolute() if path else None
 
 
 def _tool(settings, name: str) -> str:
@@ -49,19 +66,12 @@ def _tool(settings, name: str) -> str:
     return str(Path(folder) / name) if folder else name
 
 
-def _common_args(settings) -> str:
-    root = settings.root if settings.root.is_absolute() else HOME / settings.root
-    return f"--root {shlex.quote(str(root))} --profile {shlex.quote(settings.profile)}"
+def _lake_args(settings) -> list[str]:
+    return ["--root", str(settings.root.absolute()), "--profile", settings.profile]
 
 
-def _jars_args(settings) -> str:
-    """The project's log4j2 file for the driver, and ``--jars ...`` of delta-spark: the
-    driver and the executors load Delta from them. Without them (no `make setup` yet) the job
-    itself says what is missing, in one line, instead of the DAG file failing to load."""
-    try:
-        return " ".join(shlex.quote(a) for a in spark_submit_args(settings))
-    except NativeJarsMissing:
-        return ""
+def _command(settings, *args: str) -> str:
+    return " ".join(shlex.quote(a) for a in (_tool(settings, "lakehouse"), *args))
 
 
 def _default_args(settings) -> dict:
@@ -72,12 +82,43 @@ def _default_args(settings) -> dict:
     }
 
 
-def _task_env(settings) -> dict[str, str]:
+def _task_env(settings, config: Path | None) -> dict[str, str]:
     """spark-submit runs the driver with ``$PYSPARK_PYTHON``: the project's interpreter, not
-    Airflow's (whose environment does not have pyspark's dependencies)."""
+    Airflow's (whose environment does not have pyspark's dependencies). Every task reads the
+    settings file the DAGs were built from."""
     env = {"PYSPARK_PYTHON": _tool(settings, "python") if settings.scheduler.bin_dir else "python3"}
     env["LAKEHOUSE_PROFILE"] = settings.profile
+    if config is not None:
+        env["LAKEHOUSE_CONFIG"] = str(config)
     return env
+
+
+def _submit_env(settings, config: Path | None) -> dict[str, str]:
+    """The provider runs ``spark-submit`` from the PATH (it takes no path to it): the PATH
+    with ``scheduler.bin_dir`` first."""
+    env = _task_env(settings, config)
+    if settings.scheduler.bin_dir:
+        inherited = os.environ.get("PATH", os.defpath)
+        env["PATH"] = os.pathsep.join([settings.scheduler.bin_dir, inherited])
+    return env
+
+
+def _classpath(settings, packed: dist.Dist) -> dict[str, str]:
+    """``jars``: delta-spark's jars as the package task copies them (lakehouse.jars names them),
+    or ``packages``: Maven coordinates Spark resolves. Without either (no `make setup` yet) the
+    package task says what is missing, in one line, instead of the DAG file failing to load."""
+    try:
+        jars = native_jars(settings)
+    except NativeJarsMissing:
+        return {}
+    if not jars:
+        return {"packages": settings.native.jars_packages}
+    return {"jars": ",".join(str(p) for p in packed.jar_paths(jars))}
+
+
+def table_asset(settings, table: str) -> Asset:
+    """A table of the lake as an Airflow asset: named ``layer.table``, at its folder's URI."""
+    return Asset(name=table, uri=settings.table_path(table).absolute().as_uri(), group="lakehouse")
 
 
 def _dag(settings, dag_id: str, description: str, schedule: str) -> DAG:
@@ -94,45 +135,64 @@ def _dag(settings, dag_id: str, description: str, schedule: str) -> DAG:
     )
 
 
-def build_pipeline_dag(settings) -> DAG:
-    args, env = _common_args(settings), _task_env(settings)
+def build_pipeline_dag(settings, config: Path | None) -> DAG:
+    args, env = _lake_args(settings), _task_env(settings, config)
+    packed = dist.scheduled(settings)
     with _dag(
         settings,
         "lakehouse_pipeline",
-        "generate (optional) >> bronze >> silver >> gold, available-now",
+        "package, generate (optional) >> bronze >> silver >> gold, available-now",
         settings.scheduler.schedule,
     ) as dag:
-        previous = None
+        # the installed project, packed where spark-submit reads it (every run: the zip is the
+        # code the worker has now)
+        first = [
+            BashOperator(
+                task_id="package",
+                bash_command=_command(
+                    settings, "cluster", "package", *args, "--output", str(packed.code)
+                ),
+                env=env,
+                append_env=True,
+            )
+        ]
         if settings.scheduler.generate_events:
             # one seed per data interval: every run adds new data, a retry writes the same
             seed = "{{ (data_interval_start.int_timestamp // 60) if data_interval_start else 1 }}"
-            previous = BashOperator(
-                task_id="generate",
-                bash_command=f"{shlex.quote(_tool(settings, 'lakehouse'))} generate {args} "
-                f"--events {settings.scheduler.generate_events} --seed {seed}",
-                cwd=str(HOME),
-                env=env,
-                append_env=True,
+            events = str(settings.scheduler.generate_events)
+            first.append(
+                BashOperator(
+                    task_id="generate",
+                    bash_command=_command(settings, "generate", *args, "--events", events)
+                    + f" --seed {seed}",
+                    env=env,
+                    append_env=True,
+                )
             )
-        submit = shlex.quote(_tool(settings, "spark-submit"))
-        jars = _jars_args(settings)
+        previous = first
         for layer in LAYERS:
-            task = BashOperator(
+            task = SparkSubmitOperator(
                 task_id=layer,
-                bash_command=f"{submit} --master {shlex.quote(settings.master)} "
-                + (f"{jars} " if jars else "")
-                + f"jobs/{layer}.py {args} --trigger available-now",
-                cwd=str(HOME),
-                env=env,
-                append_env=True,
+                conn_id=settings.scheduler.spark_conn_id,
+                application=str(packed.job(layer)),
+                py_files=str(packed.code),
+                **_classpath(settings, packed),
+                # the project's log4j2 file for the driver: spark-submit starts its JVM, with
+                # Spark's own INFO logging otherwise
+                conf={"spark.driver.extraJavaOptions": dist.driver_java_options(packed)},
+                application_args=[*args, "--trigger", "available-now"],
+                env_vars=_submit_env(settings, config),
+                name=f"lakehouse-{layer}",
+                outlets=[table_asset(settings, t) for t in layer_tables(layer)]
+                if layer == "gold"
+                else [],
             )
-            if previous is not None:
-                previous >> task
+            previous >> task
             previous = task
     return dag
 
 
-def build_maintenance_dag(settings) -> DAG:
+def build_maintenance_dag(settings, config: Path | None) -> DAG:
     with _dag(
         settings,
         "lakehouse_maintenance",
@@ -141,15 +201,14 @@ def build_maintenance_dag(settings) -> DAG:
     ) as dag:
         BashOperator(
             task_id="maintain",
-            bash_command=f"{shlex.quote(_tool(settings, 'lakehouse'))} maintain "
-            f"{_common_args(settings)}",
-            cwd=str(HOME),
-            env=_task_env(settings),
+            bash_command=_command(settings, "maintain", *_lake_args(settings)),
+            env=_task_env(settings, config),
             append_env=True,
         )
     return dag
 
 
-_SETTINGS = _settings()
-pipeline = build_pipeline_dag(_SETTINGS)
-maintenance = build_maintenance_dag(_SETTINGS)
+_CONFIG = _config()
+_SETTINGS = load_settings(config_path=_CONFIG)
+pipeline = build_pipeline_dag(_SETTINGS, _CONFIG)
+maintenance = build_maintenance_dag(_SETTINGS, _CONFIG)
