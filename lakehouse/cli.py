@@ -338,8 +338,13 @@ def cmd_kafka(args: argparse.Namespace) -> int:
         print(f"kafka: {state} (pid {pid}) at {broker.bootstrap}; log {broker.log}")
         return 0
     if args.action == "stop":
-        pid = kafka.stop(broker)
-        print(f"kafka: stopped (pid {pid})" if pid else f"kafka: not running ({broker.dir})")
+        pid, found = kafka.stop(broker)
+        if pid:
+            print(f"kafka: stopped (pid {pid})")
+        elif found:  # a pid file naming another process: left running
+            print(f"kafka: nothing stopped: {found}")
+        else:
+            print(f"kafka: not running ({broker.dir})")
         return 0
     lines = kafka.status_lines(broker)
     print("\n".join(lines))
@@ -369,8 +374,11 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         print(f"cluster up: master {ep.url} (UI http://{ep.host}:{ep.master_ui}/), one worker")
         print(f"logs and pid files in {settings.root / 'cluster'}")
     elif args.action == "stop":
-        stopped = cluster.stop(settings)
-        print(f"stopped: {', '.join(stopped)}" if stopped else "no cluster process was running")
+        stopped, found = cluster.stop(settings)
+        for line in found:  # a pid file naming another process: nothing stopped for it
+            print(f"nothing stopped: {line}")
+        if stopped or not found:
+            print(f"stopped: {', '.join(stopped)}" if stopped else "no cluster process was running")
     else:
         state = cluster.status(settings)
         print(

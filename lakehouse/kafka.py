@@ -21,7 +21,7 @@ from pathlib import Path
 
 from lakehouse.errors import LakehouseError
 from lakehouse.jars import PROJECT_DIR
-from lakehouse.processes import alive, free_port, listening, port_free, stop_group
+from lakehouse.processes import PidFile, Stop, free_port, listening, port_free, stop_group
 from lakehouse.settings import Settings
 
 KAFKA_JARS_DIR = PROJECT_DIR / "jars" / "kafka-lib"
@@ -90,13 +90,16 @@ class Broker:
     def properties(self) -> Path:
         return self.dir / "server.properties"
 
+    @property
+    def process(self) -> PidFile:
+        """Its pid file, and what the broker's command line holds: Kafka's main class and the
+        path of this folder's server.properties."""
+        markers = ("kafka.Kafka", str(self.properties.absolute()))
+        return PidFile(self.pid_file, f"the Kafka broker of {self.dir}", markers)
+
     def pid(self) -> int | None:
-        """The broker's pid when it runs."""
-        try:
-            pid = int(self.pid_file.read_text())
-        except (OSError, ValueError):
-            return None
-        return pid if alive(pid) else None
+        """The broker's pid when it runs (a pid file naming another process does not count)."""
+        return self.process.pid()
 
 
 def broker(settings: Settings, folder: str | Path | None = None, port: int | None = None) -> Broker:
@@ -198,6 +201,7 @@ def start(b: Broker, timeout_s: float = START_TIMEOUT_S) -> tuple[int, bool]:
                 f"{b.bootstrap}; `lakehouse kafka stop --dir {b.dir}` and start it again"
             )
         return running, False
+    b.pid_file.unlink(missing_ok=True)  # (stale, if any: it names no broker of this folder)
     java = check_java()
     jars = _kafka_jars()
     if not port_free(HOST, b.port):
@@ -232,14 +236,11 @@ def start(b: Broker, timeout_s: float = START_TIMEOUT_S) -> tuple[int, bool]:
     return process.pid, True
 
 
-def stop(b: Broker, timeout_s: float = 60) -> int | None:
-    """Stop the broker (a controlled shutdown on SIGTERM, SIGKILL after ``timeout_s``); its
-    pid, or None when it was not running."""
-    pid = b.pid()
-    if pid is not None:
-        stop_group(pid, timeout_s)
-    b.pid_file.unlink(missing_ok=True)
-    return pid
+def stop(b: Broker, timeout_s: float = 60) -> Stop:
+    """Stop the broker (a controlled shutdown on SIGTERM, SIGKILL after ``timeout_s``): its
+    pid, or None when it was not running; a pid file naming another process stops nothing, is
+    removed, and what it named is said (:class:`lakehouse.processes.PidFile`)."""
+    return b.process.stop(timeout_s)
 
 
 @dataclass(frozen=True)
