@@ -1,0 +1,251 @@
+"""Kafka as production clusters run it: any client option (SASL, TLS) passed through to
+Spark's source and to the project's own clients, secrets never shown, a topic per source.
+None of these start Spark or a broker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lakehouse.kafka_options import PLAIN_MODULE, SCRAM_MODULE, read_properties
+from lakehouse.redaction import redact
+from lakehouse.settings import SettingsError, load_settings
+
+CONF = Path(__file__).resolve().parent.parent / "conf" / "lakehouse.toml"
+JAAS = f'{PLAIN_MODULE} required username="svc-lake" password="Jaas-Secret-42";'
+
+
+def _settings(tmp_path, toml: str = "", env: dict | None = None, **overrides):
+    path = tmp_path / "lakehouse.toml"
+    path.write_text(toml)
+    return load_settings(config_path=path, env=env or {}, overrides=overrides)
+
+
+def test_client_options_reach_spark_and_librdkafka_in_their_own_names(tmp_path):
+    """A table in Kafka's names (the keys quoted, or written as TOML's dotted keys): Spark's
+    source gets kafka.<key>; librdkafka the same where it names them so, the JAAS config as
+    sasl.username and sasl.password, a PEM truststore as ssl.ca.location; kafka.librdkafka_options
+    over them."""
+    s = _settings(
+        tmp_path,
+        f"""
+[defaults.kafka.options]
+"security.protocol" = "sasl_ssl"
+sasl.mechanism = "PLAIN"
+"sasl.jaas.config" = '{JAAS}'
+"ssl.truststore.type" = "PEM"
+"ssl.truststore.location" = "/etc/kafka/ca.pem"
+"ssl.endpoint.identification.algorithm" = ""
+"client.id" = "lakehouse"
+"check.crcs" = true
+[defaults.kafka.librdkafka_options]
+"client.id" = "lakehouse-py"
+"enable.ssl.certificate.verification" = false
+""",
+    )
+    assert s.kafka.spark_options() == {
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "PLAIN",
+        "kafka.sasl.jaas.config": JAAS,
+        "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.truststore.location": "/etc/kafka/ca.pem",
+        "kafka.ssl.endpoint.identification.algorithm": "",
+        "kafka.client.id": "lakehouse",
+        "kafka.check.crcs": "true",
+    }
+    assert s.kafka.client_options() == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "svc-lake",
+        "sasl.password": "Jaas-Secret-42",
+        "ssl.ca.location": "/etc/kafka/ca.pem",
+        "ssl.endpoint.identification.algorithm": "none",
+        "client.id": "lakehouse-py",
+        "enable.ssl.certificate.verification": "false",
+    }
+
+
+def test_credentials_in_librdkafkas_style_become_sparks_jaas_config(tmp_path):
+    """sasl.username and sasl.password (from the environment here: secrets need no command
+    line) give Spark's source the JAAS config of their SCRAM mechanism, quotes escaped."""
+    env = {
+        "LAKEHOUSE_KAFKA__OPTIONS__SECURITY_PROTOCOL": "SASL_SSL",
+        "LAKEHOUSE_KAFKA__OPTIONS__SASL__MECHANISM": "SCRAM-SHA-512",
+        "LAKEHOUSE_KAFKA__OPTIONS__SASL_USERNAME": "svc",
+        "LAKEHOUSE_KAFKA__OPTIONS__SASL_PASSWORD": 'pa"ss\\word',
+        "LAKEHOUSE_KAFKA__OPTIONS__SSL_KEYSTORE_TYPE": "PKCS12",
+        "LAKEHOUSE_KAFKA__OPTIONS__SSL_KEYSTORE_LOCATION": "/etc/kafka/client.p12",
+        "LAKEHOUSE_KAFKA__OPTIONS__SSL_KEYSTORE_PASSWORD": "Store-Secret-7",
+    }
+    s = load_settings("test", config_path=CONF, env=env)
+    spark = s.kafka.spark_options()
+    assert spark["kafka.sasl.jaas.config"] == (
+        f'{SCRAM_MODULE} required username="svc" password="pa\\"ss\\\\word";'
+    )
+    assert "kafka.sasl.username" not in spark and "kafka.sasl.password" not in spark
+    client = s.kafka.client_options()
+    assert (client["sasl.username"], client["sasl.password"]) == ("svc", 'pa"ss\\word')
+    assert client["ssl.keystore.location"] == "/etc/kafka/client.p12"
+    assert client["ssl.keystore.password"] == "Store-Secret-7"
+
+
+def test_options_file_is_read_and_options_set_elsewhere_win(tmp_path):
+    """kafka.options_file: a client.properties as Kafka's tools read it (a JAAS config over
+    continued lines, comments); a key of kafka.options set elsewhere wins."""
+    props = tmp_path / "client.properties"
+    props.write_text(
+        "# the cluster's client settings\n"
+        "security.protocol = SASL_SSL\n"
+        "sasl.mechanism: PLAIN\n"
+        f"sasl.jaas.config={PLAIN_MODULE} required \\\n"
+        '    username="svc-lake" \\\n'
+        '    password="Jaas-Secret-42";\n'
+        "! another comment\n"
+        "client.id lakehouse-file\n"
+    )
+    s = _settings(
+        tmp_path,
+        f'[defaults.kafka]\noptions_file = "{props}"\n',
+        {"LAKEHOUSE_KAFKA__OPTIONS__CLIENT_ID": "lakehouse-env"},
+    )
+    assert s.kafka.options == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.jaas.config": JAAS,
+        "client.id": "lakehouse-env",
+    }
+    assert read_properties(props)["client.id"] == "lakehouse-file"
+    with pytest.raises(SettingsError) as err:
+        _settings(tmp_path, env={"LAKEHOUSE_KAFKA__OPTIONS_FILE": str(tmp_path / "none")})
+    assert str(err.value) == (
+        f"setting 'kafka.options_file': cannot read {tmp_path / 'none'}: No such file or directory"
+    )
+
+
+def test_secrets_are_masked_in_the_settings_repr(tmp_path):
+    s = _settings(
+        tmp_path,
+        f"""
+[defaults.kafka.options]
+"security.protocol" = "SASL_SSL"
+"sasl.mechanism" = "PLAIN"
+"sasl.jaas.config" = '{JAAS}'
+"ssl.truststore.location" = "/etc/kafka/truststore.jks"
+"ssl.truststore.password" = "Trust-Secret-1"
+"ssl.keystore.key" = "-----BEGIN PRIVATE KEY----- Pem-Secret-2"
+[defaults.kafka.librdkafka_options]
+"sasl.oauthbearer.client.secret" = "Oauth-Secret-3"
+[defaults.spark_conf]
+"spark.hadoop.fs.s3a.secret.key" = "S3-Secret-4"
+""",
+    )
+    for shown in (repr(s), str(s), repr(s.kafka), f"{s}"):
+        for secret in ("Jaas-Secret-42", "Trust-Secret-1", "Pem-Secret-2", "Oauth-Secret-3"):
+            assert secret not in shown
+        assert "S3-Secret-4" not in shown
+        assert "'sasl.jaas.config': '***'" in shown
+        assert "'ssl.truststore.location': '/etc/kafka/truststore.jks'" in shown  # not a secret
+        assert "'security.protocol': 'SASL_SSL'" in shown
+    # a text that holds one of them, whatever made it, is redacted
+    text = f"could not log in with {JAAS} (-----BEGIN PRIVATE KEY----- Pem-Secret-2)"
+    assert redact(text) == "could not log in with *** (***)"
+    assert redact('found: password="Jaas-Secret-42"') == 'found: password="***"'
+
+
+def test_secrets_are_redacted_by_their_form_too():
+    """A text recorded before (an old ops.runs row), or a secret no settings held."""
+    assert redact('... required username="u" password="never-loaded-9";') == (
+        '... required username="u" password="***";'
+    )
+    assert redact("ssl.keystore.password=abc123 and token: xyz, user=me") == (
+        "ssl.keystore.password=*** and token: ***, user=me"
+    )
+    assert redact("Authentication failed: Invalid username or password") == (
+        "Authentication failed: Invalid username or password"
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"LAKEHOUSE_KAFKA__OPTIONS__BOOTSTRAP_SERVERS": "b:9092"},
+            "setting 'kafka.options.bootstrap.servers' cannot be set: the brokers are setting "
+            "kafka.bootstrap_servers",
+        ),
+        (
+            {"LAKEHOUSE_KAFKA__OPTIONS__AUTO_OFFSET_RESET": "latest"},
+            "setting 'kafka.options.auto.offset.reset' cannot be set: a bronze flow starts at "
+            "kafka.starting_offsets, then goes on from its checkpoint",
+        ),
+        (
+            {"LAKEHOUSE_KAFKA__OPTIONS__SECURITY_PROTOCOL": "TLS"},
+            "setting 'kafka.options.security.protocol' must be one of PLAINTEXT, SSL, "
+            "SASL_PLAINTEXT, SASL_SSL; got 'TLS'",
+        ),
+        (
+            {"LAKEHOUSE_KAFKA__OPTIONS__SASL_PASSWORD": "Lone-Secret-5"},
+            "setting 'kafka.options': sasl.username and sasl.password go together; one is missing",
+        ),
+        (
+            {
+                "LAKEHOUSE_KAFKA__OPTIONS__SASL_USERNAME": "u",
+                "LAKEHOUSE_KAFKA__OPTIONS__SASL_PASSWORD": "Lone-Secret-5",
+            },
+            "setting 'kafka.options': sasl.username and sasl.password need sasl.mechanism "
+            "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; got none",
+        ),
+        (
+            {
+                "LAKEHOUSE_KAFKA__OPTIONS__SASL_MECHANISM": "PLAIN",
+                "LAKEHOUSE_KAFKA__OPTIONS__SASL_USERNAME": "u",
+                "LAKEHOUSE_KAFKA__OPTIONS__SASL_PASSWORD": "Lone-Secret-5",
+                "LAKEHOUSE_KAFKA__OPTIONS__SASL_JAAS_CONFIG": JAAS,
+            },
+            "setting 'kafka.options': give the credentials as sasl.jaas.config or as "
+            "sasl.username and sasl.password, not both",
+        ),
+        (
+            {"LAKEHOUSE_KAFKA__OPTIONS__SASL_JAAS_CONFIG": 'username="u" password="Lone-Secret-5"'},
+            "setting 'kafka.options.sasl.jaas.config' is not a JAAS login module line "
+            '(\'<LoginModule class> required username="..." password="...";\')',
+        ),
+        ({"LAKEHOUSE_KAFKA__OPTIONS": "security.protocol=SSL"}, "must be a table of key = value"),
+    ],
+)
+def test_client_options_that_cannot_be_used_fail_in_one_line_without_their_value(env, message):
+    with pytest.raises(SettingsError) as err:
+        load_settings("test", config_path=CONF, env=env)
+    assert message in str(err.value)
+    assert "Lone-Secret-5" not in str(err.value) and "\n" not in str(err.value)
+
+
+def test_each_source_can_name_its_topic(tmp_path):
+    s = load_settings(
+        "test",
+        config_path=CONF,
+        env={
+            "LAKEHOUSE_KAFKA__TOPIC_PREFIX": "shop.",
+            "LAKEHOUSE_KAFKA__CLICKS__TOPIC": "ads.clicks-v2",
+            "LAKEHOUSE_KAFKA__CLICKS__STARTING_OFFSETS": '{"0": 5}',
+        },
+    )
+    assert [s.topic(x) for x in ("events", "impressions", "clicks")] == [
+        "shop.events",
+        "shop.impressions",
+        "ads.clicks-v2",
+    ]
+    assert s.kafka.starting_offsets_of("clicks", s.topic("clicks")) == '{"ads.clicks-v2": {"0": 5}}'
+    with pytest.raises(SettingsError) as err:
+        s.with_overrides({"kafka.events.topic": "ads.clicks-v2"})
+    assert str(err.value) == (
+        "sources events and clicks both read topic ads.clicks-v2: set kafka.clicks.topic (or "
+        "kafka.events.topic) to a topic of its own"
+    )
+    with pytest.raises(SettingsError) as err:
+        s.with_overrides({"kafka.impressions.topic": "no spaces"})
+    assert str(err.value) == (
+        "setting 'kafka.impressions.topic' must be a Kafka topic name: letters, digits, '.', "
+        "'_' and '-' (at most 249); got 'no spaces'"
+    )
