@@ -4,6 +4,7 @@ None of these start Spark or a broker."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -248,4 +249,117 @@ def test_each_source_can_name_its_topic(tmp_path):
     assert str(err.value) == (
         "setting 'kafka.impressions.topic' must be a Kafka topic name: letters, digits, '.', "
         "'_' and '-' (at most 249); got 'no spaces'"
+    )
+
+
+def test_the_error_line_of_the_cli_is_redacted(tmp_path, capsys, monkeypatch):
+    """Whatever error a command ends with, a secret of the settings is not in its line."""
+    from lakehouse import cli
+    from lakehouse.errors import LakehouseError
+
+    monkeypatch.setenv("LAKEHOUSE_KAFKA__OPTIONS__SASL_MECHANISM", "PLAIN")
+    monkeypatch.setenv("LAKEHOUSE_KAFKA__OPTIONS__SASL_JAAS_CONFIG", JAAS)
+
+    def fails(args):
+        cli.settings_from_args(args)
+        raise LakehouseError(f"the JVM said: kafka.sasl.jaas.config={JAAS}")
+
+    monkeypatch.setattr(cli, "cmd_status", fails)
+    assert cli.main(["status", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "Jaas-Secret-42" not in err and err.startswith("lakehouse: error: the JVM said: ")
+
+
+def test_ops_runs_status_and_report_never_show_a_secret(tmp_path, capsys):
+    """A flow whose error holds the JAAS config (a failure to start, a query's error):
+    ops.runs records it redacted; status and the report redact rows recorded before too."""
+    import datetime as dt
+
+    from lakehouse.monitoring import record_runs
+    from lakehouse.report import build_report
+    from lakehouse.runner.books import RunBook, flow_reports
+    from lakehouse.status import print_status, read_table
+
+    env = {
+        "LAKEHOUSE_KAFKA__OPTIONS__SASL_MECHANISM": "PLAIN",
+        "LAKEHOUSE_KAFKA__OPTIONS__SASL_JAAS_CONFIG": JAAS,
+        "LAKEHOUSE_BRONZE__SOURCE": "kafka",
+    }
+    s = load_settings("test", config_path=CONF, env=env, overrides={"root": str(tmp_path)})
+    book = RunBook(s)
+    book.failed_to_start("bronze.events", RuntimeError(f"bad options: {JAAS}"))
+
+    class Query:  # what flow_reports reads of a streaming query that failed
+        id = "q1"
+        recentProgress: list = []
+
+        def exception(self):
+            return RuntimeError(
+                "[STREAM_FAILED] Query [id = q1] terminated with exception: "
+                f"kafka.sasl.jaas.config={JAAS} was refused\n=== Streaming Query ===\n..."
+            )
+
+    reports = flow_reports(s, {"bronze.clicks": [Query()]}, 0.0)
+    book.record({"bronze.clicks": Query()}, reports)
+    runs = read_table(s, "ops.runs")
+    assert sorted(runs["error"]) == [
+        "[STREAM_FAILED] Query [id = q1] terminated with exception: "
+        "kafka.sasl.jaas.config=*** was refused",
+        "bad options: ***",
+    ]
+    # a row recorded before secrets were redacted
+    old = {
+        "run_id": "r0",
+        "flow": "bronze.impressions",
+        "started_at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        "ended_at": dt.datetime(2026, 1, 1, 0, 1, tzinfo=dt.UTC),
+        "status": "failed",
+        "batches": 0,
+        "input_rows": 0,
+        "error": 'login: password="Old-Secret-6"',
+    }
+    record_runs(s, [old])
+    out = io.StringIO()
+    s_plain = s.with_overrides({"bronze.source": "files"})  # (no broker to ask)
+    print_status(s_plain, out)
+    html = build_report(s_plain)
+    for shown in (out.getvalue(), html):
+        assert "Jaas-Secret-42" not in shown and "Old-Secret-6" not in shown
+    assert 'login: password="***"' in out.getvalue()
+    assert "login: password=&quot;***&quot;" in html
+
+
+def test_a_refused_login_or_access_is_one_line_naming_it():
+    """What Spark's Kafka source ends with when the broker refuses bronze (the text of the
+    Java client's exception, as Spark's query error carries it)."""
+    from lakehouse.runner.books import kafka_failure
+
+    s = load_settings(
+        "test",
+        config_path=CONF,
+        env={"LAKEHOUSE_BRONZE__SOURCE": "kafka", "LAKEHOUSE_KAFKA__EVENTS__TOPIC": "shop.ev"},
+    )
+    refused = (
+        "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
+        "java.util.concurrent.ExecutionException: org.apache.kafka.common.errors."
+        "SaslAuthenticationException: Authentication failed: Invalid username or password\n"
+        "\tat java.base/java.util.concurrent.CompletableFuture.reportGet(...)"
+    )
+    assert kafka_failure(s, "bronze.events", refused) == (
+        "the Kafka broker at 127.0.0.1:9092 refused bronze's login for topic shop.ev "
+        "(SaslAuthenticationException: Authentication failed: Invalid username or password); "
+        "check the credentials and TLS settings in kafka.options"
+    )
+    denied = (
+        "terminated with exception: org.apache.kafka.common.errors."
+        "TopicAuthorizationException: Not authorized to access topics: [clicks]"
+    )
+    assert kafka_failure(s, "bronze.clicks", denied) == (
+        "the Kafka broker at 127.0.0.1:9092 refused bronze access to topic clicks "
+        "(TopicAuthorizationException: Not authorized to access topics: [clicks]); check the "
+        "user's ACLs on the topic and kafka.options"
+    )
+    assert (
+        kafka_failure(s.with_overrides({"bronze.source": "files"}), "bronze.events", refused)
+        is None
     )
