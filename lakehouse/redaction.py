@@ -18,9 +18,10 @@ MASK = "***"
 # (ssl.keystore.location is a path; ssl.keystore.password and ssl.keystore.key are secrets)
 SECRET_KEY = re.compile(r"password|secret|jaas|token|credential|key", re.IGNORECASE)
 NOT_SECRET = re.compile(r"\.(location|type|algorithm|url|ms|class|keytab)$", re.IGNORECASE)
-# shorter values are not searched for in text (they would mask any word that holds them);
-# their form still is
-MIN_KNOWN = 4
+# shorter values, numbers and true/false are not searched for in text (a spark_conf key such as
+# ...requireAllClusterKeys... would otherwise mask every "true"); their form still is
+MIN_KNOWN = 6
+_PLAIN_VALUE = re.compile(r"^(\d+|true|false|none|null)$", re.IGNORECASE)
 # a secret written as an assignment, in a JAAS config or a properties line: password="..."
 _ASSIGNED = re.compile(
     r"""(?ix)
@@ -47,7 +48,7 @@ def remember(options: Mapping[str, str]) -> None:
         values = [value]
         if "jaas" in key.lower():
             values += [v.strip('"') for k, v in _JAAS_VALUE.findall(value) if SECRET_KEY.search(k)]
-        _known.update(v for v in values if len(v) >= MIN_KNOWN)
+        _known.update(v for v in values if len(v) >= MIN_KNOWN and not _PLAIN_VALUE.match(v))
 
 
 def masked(options: Mapping[str, str]) -> dict[str, str]:

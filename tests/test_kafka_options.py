@@ -154,6 +154,16 @@ def test_secrets_are_masked_in_the_settings_repr(tmp_path):
     assert redact('found: password="Jaas-Secret-42"') == 'found: password="***"'
 
 
+def test_values_that_are_no_secrets_are_not_searched_for(tmp_path):
+    """A spark_conf key that happens to name keys, set to true, does not mask every "true"."""
+    _settings(
+        tmp_path,
+        '[defaults.spark_conf]\n"spark.sql.requireAllClusterKeysForCoPartition" = true\n'
+        '"spark.io.encryption.keySizeBits" = 256\n',
+    )
+    assert redact("failOnDataLoss is true, 256 bits") == "failOnDataLoss is true, 256 bits"
+
+
 def test_secrets_are_redacted_by_their_form_too():
     """A text recorded before (an old ops.runs row), or a secret no settings held."""
     assert redact('... required username="u" password="never-loaded-9";') == (
