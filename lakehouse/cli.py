@@ -139,8 +139,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     gen.Landing(settings.root)  # an unwritable root fails here, before Spark starts
     sink = None
     if args.sink == "kafka":  # a broker that does not answer fails here too
-        kafka = settings.kafka
-        sink = gen.KafkaSink(kafka.bootstrap_servers, kafka.partitions, kafka.topic_prefix)
+        sink = gen.KafkaSink.from_settings(settings)
     with spark_session(settings, "lakehouse-generate") as spark:
         if args.follow:
             gen.follow(
@@ -332,15 +331,25 @@ def cmd_serve_sql(args: argparse.Namespace) -> int:
 def cmd_kafka(args: argparse.Namespace) -> int:
     from lakehouse import kafka
 
-    broker = kafka.broker(settings_from_args(args), args.dir, args.port)
+    settings = settings_from_args(args)
+    broker = kafka.broker(settings, args.dir, args.port)
     if args.action == "start":
-        pid, started = kafka.start(broker, args.timeout)
+        if args.users and not args.sasl:
+            raise UsageError("--users goes with --sasl")
+        users = kafka.sasl_users(settings, args.users) if args.sasl else None
+        pid, started = kafka.start(broker, args.timeout, users)
         state = "started" if started else "already running"
-        print(f"kafka: {state} (pid {pid}) at {broker.bootstrap}; log {broker.log}")
+        sasl = kafka.sasl_note(broker)
+        print(f"kafka: {state} (pid {pid}) at {broker.bootstrap}{sasl}; log {broker.log}")
         return 0
     if args.action == "stop":
-        pid = kafka.stop(broker)
-        print(f"kafka: stopped (pid {pid})" if pid else f"kafka: not running ({broker.dir})")
+        pid, found = kafka.stop(broker)
+        if pid:
+            print(f"kafka: stopped (pid {pid})")
+        elif found:  # a pid file naming another process: left running
+            print(f"kafka: nothing stopped: {found}")
+        else:
+            print(f"kafka: not running ({broker.dir})")
         return 0
     lines = kafka.status_lines(broker)
     print("\n".join(lines))
@@ -371,8 +380,11 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         print(f"cluster up: master {ep.url} (UI http://{ep.host}:{ep.master_ui}/), one worker")
         print(f"logs and pid files in {settings.root / 'cluster'}")
     elif args.action == "stop":
-        stopped = cluster.stop(settings)
-        print(f"stopped: {', '.join(stopped)}" if stopped else "no cluster process was running")
+        stopped, found = cluster.stop(settings)
+        for line in found:  # a pid file naming another process: nothing stopped for it
+            print(f"nothing stopped: {line}")
+        if stopped or not found:
+            print(f"stopped: {', '.join(stopped)}" if stopped else "no cluster process was running")
     else:
         state = cluster.status(settings)
         print(
@@ -634,6 +646,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=START_TIMEOUT_S,
         help="start: seconds to wait for the broker to serve (default %(default)s)",
     )
+    p.add_argument(
+        "--sasl",
+        action="store_true",
+        help="start: its listener SASL_PLAINTEXT with the PLAIN mechanism, letting in the users "
+        "of --users, or else the PLAIN user of kafka.options (the lake's own clients)",
+    )
+    p.add_argument(
+        "--users",
+        metavar="FILE",
+        help="start --sasl: the users let in, one name=password line each",
+    )
     p.set_defaults(func=cmd_kafka)
     return parser
 
@@ -643,7 +666,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except LakehouseError as exc:  # bad input or configuration (2), a failed run (1)
-        print(f"lakehouse: error: {exc}", file=sys.stderr)
+        from lakehouse.redaction import redact
+
+        print(f"lakehouse: error: {redact(str(exc))}", file=sys.stderr)
         return exc.exit_code
 
 

@@ -21,10 +21,11 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from lakehouse.dist import Dist, of_code
 from lakehouse.errors import LakehouseError
-from lakehouse.processes import alive, listening, stop_group
+from lakehouse.processes import PidFile, listening
 from lakehouse.settings import Settings
 
 PACKAGES = ("lakehouse", "bronze", "silver", "gold")
@@ -75,13 +76,41 @@ def _master_state(ep: Endpoints) -> dict:
         return json.load(r)
 
 
+# the two processes: their main classes, and the variable whose Java options spark-class adds
+# to the command line of each
+MAIN_CLASSES = {
+    "master": ("org.apache.spark.deploy.master.Master", "SPARK_MASTER_OPTS"),
+    "worker": ("org.apache.spark.deploy.worker.Worker", "SPARK_WORKER_OPTS"),
+}
+
+
+def _marker(settings: Settings) -> str:
+    """The Java option that names this lake's cluster folder on the command line of the master
+    and the worker, so a stop can tell them from other processes (a pid file outlives them)."""
+    return f"-Dlakehouse.cluster={(settings.root / 'cluster').absolute()}"
+
+
+def _process(settings: Settings, name: str) -> PidFile:
+    main_class, _ = MAIN_CLASSES[name]
+    folder = (settings.root / "cluster").absolute()
+    return PidFile(
+        settings.root / "cluster" / f"{name}.pid",
+        f"the Spark {name} of {folder}",
+        (main_class, _marker(settings)),
+    )
+
+
 def _launch(settings: Settings, name: str, args: list[str]) -> int:
     folder = _folder(settings)
+    _, options = MAIN_CLASSES[name]
+    # (spark-class splits the options as a shell would: a folder with spaces is quoted)
+    own = _marker(settings).replace("\\", "\\\\").replace('"', '\\"')
     env = {
         **os.environ,
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_NO_DAEMONIZE": "1",
+        options: f'{os.environ.get(options, "")} "{own}"'.strip(),
     }
     with (folder / f"{name}.log").open("ab") as log:
         process = subprocess.Popen(
@@ -96,11 +125,9 @@ def _launch(settings: Settings, name: str, args: list[str]) -> int:
 
 
 def _pid(settings: Settings, name: str) -> int | None:
-    path = settings.root / "cluster" / f"{name}.pid"
-    if not path.exists():
-        return None
-    pid = int(path.read_text())
-    return pid if alive(pid) else None
+    """The pid of the master or worker of this lake when it runs (a pid file naming another
+    process does not count)."""
+    return _process(settings, name).pid()
 
 
 def start(
@@ -116,10 +143,10 @@ def start(
     ep = endpoints(settings, master_ui, worker_ui)
     if _pid(settings, "master") or listening(ep.host, ep.port):
         raise ClusterError(f"something already listens at {ep.url}: `lakehouse cluster stop`?")
-    master = ["org.apache.spark.deploy.master.Master", "--host", ep.host, "--port", str(ep.port)]
+    master = [MAIN_CLASSES["master"][0], "--host", ep.host, "--port", str(ep.port)]
     _launch(settings, "master", [*master, "--webui-port", str(ep.master_ui)])
     _wait(lambda: listening(ep.host, ep.port), timeout_s, f"the master at {ep.url}", settings)
-    worker = ["org.apache.spark.deploy.worker.Worker", ep.url, "--host", ep.host]
+    worker = [MAIN_CLASSES["worker"][0], ep.url, "--host", ep.host]
     worker += ["--cores", str(cores), "--memory", memory, "--webui-port", str(ep.worker_ui)]
     worker += ["--work-dir", str(_folder(settings) / "work")]
     _launch(settings, "worker", worker)
@@ -145,16 +172,22 @@ def _wait(ready, timeout_s: float, what: str, settings: Settings) -> None:
         time.sleep(0.5)
 
 
-def stop(settings: Settings, timeout_s: float = 30) -> list[str]:
-    """Stop the worker, then the master; the names of the processes stopped."""
-    stopped = []
+class Stopped(NamedTuple):
+    names: list[str]  # the processes stopped: worker, master
+    found: list[str]  # per pid file that named another process, what it named (left running)
+
+
+def stop(settings: Settings, timeout_s: float = 30) -> Stopped:
+    """Stop the worker, then the master: each only when its pid file names the process
+    started for this lake (its main class and this lake's cluster folder on its command line);
+    a pid file naming another process stops nothing and is removed."""
+    stopped = Stopped([], [])
     for name in ("worker", "master"):
-        pid = _pid(settings, name)
-        if pid is None:
-            continue
-        stop_group(pid, timeout_s)
-        (settings.root / "cluster" / f"{name}.pid").unlink(missing_ok=True)
-        stopped.append(name)
+        pid, found = _process(settings, name).stop(timeout_s)
+        if pid is not None:
+            stopped.names.append(name)
+        if found:
+            stopped.found.append(found)
     return stopped
 
 

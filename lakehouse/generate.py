@@ -37,7 +37,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -979,19 +979,28 @@ _USER_ID = re.compile(r'"user_id"\s*:\s*(-?\d+)')
 
 class KafkaSink:
     """Produces what the file sink writes as landing files to Kafka instead: each source's
-    lines, in arrival order, as the records of topic ``<prefix><source>`` (created with
-    ``partitions`` partitions when missing), keyed by the line's user id (none when a corrupted line lost
+    lines, in arrival order, as the records of its topic (``topics``, or ``<prefix><source>``;
+    created with ``partitions`` partitions when missing), keyed by the line's user id (none when a corrupted line lost
     it), with an idempotent producer (acks=all). Each write is flushed before it returns, so
     what the manifest records was acknowledged by the broker; the manifest gets, per source,
-    the first and end offsets written to each partition."""
+    the first and end offsets written to each partition. ``options``: the client options a
+    secured broker needs (librdkafka's names, :meth:`KafkaSettings.client_options`)."""
 
-    def __init__(self, bootstrap: str, partitions: int, prefix: str = ""):
+    def __init__(
+        self,
+        bootstrap: str,
+        partitions: int,
+        prefix: str = "",
+        *,
+        topics: Mapping[str, str] | None = None,
+        options: Mapping[str, str] | None = None,
+    ):
         from confluent_kafka import Producer
 
         from lakehouse import kafka
 
-        self.topics = {source: prefix + source for source in SOURCES}
-        kafka.create_topics(bootstrap, list(self.topics.values()), partitions)
+        self.topics = {source: (topics or {}).get(source, prefix + source) for source in SOURCES}
+        kafka.create_topics(bootstrap, list(self.topics.values()), partitions, options)
         self.bootstrap = bootstrap
         self.producer = Producer(
             {
@@ -1001,11 +1010,23 @@ class KafkaSink:
                 "linger.ms": 20,
                 "message.max.bytes": 2 * 1024 * 1024,
                 "log_level": 0,
+                **(options or {}),
             }
         )
         self.offsets: dict[str, dict[int, list[int]]] = {t: {} for t in self.topics.values()}
         self.batches = dict.fromkeys(SOURCES, 0)
         self.failed: list[str] = []
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> KafkaSink:
+        """The sink to the settings' broker and topics, with their client options."""
+        kafka = settings.kafka
+        return cls(
+            kafka.bootstrap_servers,
+            kafka.partitions,
+            topics={source: settings.topic(source) for source in SOURCES},
+            options=kafka.client_options(),
+        )
 
     def _delivered(self, error, message) -> None:
         if error is not None:

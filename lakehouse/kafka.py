@@ -5,23 +5,36 @@ which ``make setup`` fetches with Maven from ``jars/kafka/pom.xml`` into ``jars/
 apart from Spark's. Its folder (``--dir``, default ``<root>/kafka``) holds the configuration this
 module writes, the data (``data/``, formatted by Kafka's StorageTool on the first start), the
 broker's log (``server.log``) and its pid. Production clusters run Kafka elsewhere (the docker
-compose file has a ``kafka`` service); the jobs only need ``kafka.bootstrap_servers``.
+compose file has a ``kafka`` service); the jobs only need ``kafka.bootstrap_servers``, and
+``kafka.options`` for a cluster that wants TLS or SASL.
 
-Topics and offsets are read with confluent-kafka's admin client and consumer (librdkafka).
+Started with ``users`` (``lakehouse kafka start --sasl``), the broker's one listener is
+SASL_PLAINTEXT with the PLAIN mechanism: the users and their passwords go to a JAAS file in its
+folder (readable by its owner only), with a user of the broker's own for its inter-broker
+connections and for ``lakehouse kafka``'s own calls (:meth:`Broker.client_options`).
+
+Topics and offsets are read with confluent-kafka's admin client and consumer (librdkafka); each
+function takes the client options (librdkafka's names) a secured broker needs.
 """
 
 from __future__ import annotations
 
 import base64
+import os
+import re
+import secrets
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from lakehouse import kafka_options
 from lakehouse.errors import LakehouseError
 from lakehouse.jars import PROJECT_DIR
-from lakehouse.processes import alive, free_port, listening, port_free, stop_group
+from lakehouse.processes import PidFile, Stop, free_port, listening, port_free, stop_group
 from lakehouse.settings import Settings
 
 KAFKA_JARS_DIR = PROJECT_DIR / "jars" / "kafka-lib"
@@ -63,6 +76,11 @@ rootLogger.appenderRef.file.ref = file
 """
 
 
+# the broker's own SASL user: its inter-broker connections and lakehouse kafka's calls
+BROKER_USER = "lakehouse_broker"
+_USER = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$")
+
+
 class KafkaError(LakehouseError, RuntimeError):
     """The broker could not be started, reached or stopped, or a topic is not as expected."""
 
@@ -90,13 +108,43 @@ class Broker:
     def properties(self) -> Path:
         return self.dir / "server.properties"
 
+    @property
+    def jaas(self) -> Path:
+        """The JAAS file of a broker started with SASL (its users and their passwords)."""
+        return self.dir / "jaas.conf"
+
+    def users(self) -> list[str]:
+        """The SASL users of the broker (not its own), by name; [] without SASL."""
+        found = _jaas_options(self.jaas)
+        return sorted(
+            k.removeprefix("user_")
+            for k in found
+            if k.startswith("user_") and k != f"user_{BROKER_USER}"
+        )
+
+    def client_options(self) -> dict[str, str]:
+        """What a client of this broker needs beside its address (librdkafka's names): with
+        SASL, the PLAIN credentials of the broker's own user; {} without."""
+        found = _jaas_options(self.jaas)
+        if "password" not in found:
+            return {}
+        return {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": found["username"],
+            "sasl.password": found["password"],
+        }
+
+    @property
+    def process(self) -> PidFile:
+        """Its pid file, and what the broker's command line holds: Kafka's main class and the
+        path of this folder's server.properties."""
+        markers = ("kafka.Kafka", str(self.properties.absolute()))
+        return PidFile(self.pid_file, f"the Kafka broker of {self.dir}", markers)
+
     def pid(self) -> int | None:
-        """The broker's pid when it runs."""
-        try:
-            pid = int(self.pid_file.read_text())
-        except (OSError, ValueError):
-            return None
-        return pid if alive(pid) else None
+        """The broker's pid when it runs (a pid file naming another process does not count)."""
+        return self.process.pid()
 
 
 def broker(settings: Settings, folder: str | Path | None = None, port: int | None = None) -> Broker:
@@ -126,21 +174,97 @@ def _read_properties(path: Path) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in pairs if not k.lstrip().startswith("#")}
 
 
-def _write_config(b: Broker) -> None:
-    """server.properties for the broker's port. The controller's port is chosen once, at the
-    first start: the formatted metadata names it as the one voter's endpoint."""
+def _write_config(b: Broker, users: Mapping[str, str] | None = None) -> None:
+    """server.properties for the broker's port; with ``users`` (name: password), its
+    listener SASL_PLAINTEXT with PLAIN and those users, in a JAAS file beside it. The
+    controller's port is chosen once, at the first start: the formatted metadata names it as
+    the one voter's endpoint."""
     known = _read_properties(b.properties).get("controller.quorum.bootstrap.servers")
     controller = known or f"{HOST}:{free_port(HOST)}"
+    listener = "SASL_PLAINTEXT" if users else "PLAINTEXT"
     config = {
         **BROKER_CONFIG,
+        "listener.security.protocol.map": f"{listener}:{listener},CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": listener,
         "controller.quorum.bootstrap.servers": controller,
-        "listeners": f"PLAINTEXT://{b.bootstrap},CONTROLLER://{controller}",
-        "advertised.listeners": f"PLAINTEXT://{b.bootstrap}",
+        "listeners": f"{listener}://{b.bootstrap},CONTROLLER://{controller}",
+        "advertised.listeners": f"{listener}://{b.bootstrap}",
         "log.dirs": str((b.dir / "data").absolute()),
     }
+    if users:
+        config["sasl.enabled.mechanisms"] = "PLAIN"
+        config["sasl.mechanism.inter.broker.protocol"] = "PLAIN"
+        _write_jaas(b, users)
+    else:
+        b.jaas.unlink(missing_ok=True)
     text = "".join(f"{k}={v}\n" for k, v in config.items())
     b.properties.write_text("# written by lakehouse kafka start\n" + text)
     (b.dir / "log4j2.properties").write_text(LOG4J.format(log=b.log.absolute()))
+
+
+def _write_jaas(b: Broker, users: Mapping[str, str]) -> None:
+    """The JAAS file of the SASL listener: PLAIN, the users, and the broker's own user (a new
+    password at each start), readable by its owner only."""
+    own = secrets.token_urlsafe(24)
+
+    def quoted(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    options = [f"username={quoted(BROKER_USER)}", f"password={quoted(own)}"]
+    options += [f"user_{name}={quoted(pw)}" for name, pw in {BROKER_USER: own, **users}.items()]
+    text = (
+        "// written by lakehouse kafka start --sasl: the users of the SASL/PLAIN listener\n"
+        "KafkaServer {\n"
+        f"  {kafka_options.PLAIN_MODULE} required\n"
+        + "".join(f"  {option}\n" for option in options)
+        + "  ;\n};\n"
+    )
+    b.jaas.unlink(missing_ok=True)
+    fd = os.open(b.jaas, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def _jaas_options(path: Path) -> dict[str, str]:
+    """The options of the login module in a JAAS file written by :func:`_write_jaas`."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    body = text.partition("{")[2].rpartition("}")[0]
+    parsed = kafka_options.parse_jaas(" ".join(body.split()))
+    return parsed[1] if parsed else {}
+
+
+def sasl_users(settings: Settings, users_file: str | Path | None) -> dict[str, str]:
+    """The users of a broker started with SASL (name: password): from ``users_file``
+    (``name=password`` lines), else the PLAIN credentials of the settings' client options, so
+    that the lake's own clients are let in."""
+    if users_file:
+        path = Path(users_file)
+        try:
+            users = kafka_options.read_properties(path)
+        except (OSError, UnicodeDecodeError) as exc:
+            why = getattr(exc, "strerror", None) or "not a text file"
+            raise KafkaError(f"cannot read the users file {path}: {why}") from None
+        if not users:
+            raise KafkaError(f"the users file {path} names no user (lines name=password)")
+    else:
+        client = settings.kafka.client_options()
+        if client.get("sasl.mechanism") != "PLAIN" or "sasl.username" not in client:
+            raise KafkaError(
+                "--sasl needs its users: give --users FILE (lines name=password), or PLAIN "
+                "credentials in kafka.options (sasl.mechanism PLAIN, and sasl.jaas.config or "
+                "sasl.username and sasl.password)"
+            )
+        users = {client["sasl.username"]: client["sasl.password"]}
+    for name in users:
+        if not _USER.match(name) or name == BROKER_USER:
+            raise KafkaError(
+                f"user name {name!r} cannot be used: letters, digits, '_', '.' and '-', starting "
+                f"with a letter, and not {BROKER_USER} (the broker's own)"
+            )
+    return users
 
 
 def _format(java: str, b: Broker) -> None:
@@ -157,22 +281,82 @@ def _format(java: str, b: Broker) -> None:
         raise KafkaError(f"Kafka's StorageTool could not format {b.dir / 'data'}: {last[0]}")
 
 
-def admin(bootstrap: str):
-    """confluent-kafka's admin client, quiet (its own log lines would go to stderr)."""
+class Client:
+    """A confluent-kafka client's configuration, quiet (librdkafka's log lines would go to
+    stderr), with the client ``options`` a secured broker needs (librdkafka's names), and the
+    errors librdkafka reports apart from the calls (a refused login among them)."""
+
+    def __init__(self, bootstrap: str, options: Mapping[str, str] | None = None, **own: Any):
+        self.bootstrap = bootstrap
+        self.errors: list = []
+        self.config = {
+            "bootstrap.servers": bootstrap,
+            "log_level": 0,
+            "error_cb": self.errors.append,
+            **(options or {}),
+            **own,
+        }
+
+    def metadata(self, client, timeout_s: float, topic: str | None = None):
+        """``client.list_topics``, in tries of a second: a login the broker refused ends it
+        at once (librdkafka says so only to the error callback), with a line saying so."""
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = max(0.1, min(1.0, deadline - time.monotonic()))
+            try:
+                return client.list_topics(topic, timeout=left)
+            except KafkaException as exc:
+                client.poll(0)  # (serves the error callback)
+                refused = next((e for e in self.errors if e.code() in _refused_codes()), None)
+                if refused is not None:
+                    raise unreachable(self.bootstrap, refused) from None
+                if time.monotonic() >= deadline:
+                    raise unreachable(self.bootstrap, exc.args[0]) from None
+
+
+def admin(bootstrap: str, options: Mapping[str, str] | None = None):
+    """confluent-kafka's admin client, quiet (its own log lines would go to stderr), with the
+    client ``options`` a secured broker needs (librdkafka's names)."""
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    return AdminClient(Client(bootstrap, options).config)
 
 
-def answers(bootstrap: str, timeout_s: float = 5) -> bool:
+def answers(bootstrap: str, timeout_s: float = 5, options: Mapping[str, str] | None = None) -> bool:
     """The broker at ``bootstrap`` returns its metadata."""
-    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
 
+    client = Client(bootstrap, options)
     try:
-        admin(bootstrap).list_topics(timeout=timeout_s)
-    except KafkaException:
+        client.metadata(AdminClient(client.config), timeout_s)
+    except KafkaError:
         return False
     return True
+
+
+def _refused_codes() -> tuple[int, ...]:
+    """librdkafka's codes of a login or TLS handshake the broker refused."""
+    from confluent_kafka import KafkaError as Code
+
+    return (Code._AUTHENTICATION, Code.SASL_AUTHENTICATION_FAILED, Code._SSL)
+
+
+# "sasl_plaintext://127.0.0.1:9092/bootstrap: ": where librdkafka's error happened
+_PLACE = re.compile(r"^\w+://\S+?: ")
+
+
+def unreachable(bootstrap: str, error) -> KafkaError:
+    """The error for a call to the broker that failed with librdkafka's ``error``: refused
+    credentials (or TLS) say so, anything else is a broker that does not answer."""
+    if error.code() in _refused_codes():
+        return KafkaError(
+            f"the Kafka broker at {bootstrap} refused the connection: "
+            f"{_PLACE.sub('', error.str())}; check the credentials and TLS settings in "
+            "kafka.options"
+        )
+    return KafkaError(f"no Kafka broker answers at {bootstrap}: {error.str()}")
 
 
 def _failure(b: Broker) -> str:
@@ -185,19 +369,23 @@ def _failure(b: Broker) -> str:
 START_TIMEOUT_S = 90.0
 
 
-def start(b: Broker, timeout_s: float = START_TIMEOUT_S) -> tuple[int, bool]:
+def start(
+    b: Broker, timeout_s: float = START_TIMEOUT_S, users: Mapping[str, str] | None = None
+) -> tuple[int, bool]:
     """Start the broker in the background and wait until it serves metadata; (pid, whether
-    this call started it: False when it ran already)."""
+    this call started it: False when it ran already). With ``users`` (name: password) its
+    listener is SASL_PLAINTEXT with PLAIN, and those users are the ones let in."""
     from lakehouse.javacheck import check_java
 
     running = b.pid()
     if running is not None:
-        if not answers(b.bootstrap):
+        if not answers(b.bootstrap, options=b.client_options()):
             raise KafkaError(
                 f"a broker from {b.dir} runs (pid {running}) but does not answer at "
                 f"{b.bootstrap}; `lakehouse kafka stop --dir {b.dir}` and start it again"
             )
         return running, False
+    b.pid_file.unlink(missing_ok=True)  # (stale, if any: it names no broker of this folder)
     java = check_java()
     jars = _kafka_jars()
     if not port_free(HOST, b.port):
@@ -205,10 +393,12 @@ def start(b: Broker, timeout_s: float = START_TIMEOUT_S) -> tuple[int, bool]:
             f"port {b.port} on {HOST} is in use by another process; choose another with --port"
         )
     b.dir.mkdir(parents=True, exist_ok=True)
-    _write_config(b)
+    _write_config(b, users)
     _format(java, b)
     command = [java, f"-Xms{HEAP}", f"-Xmx{HEAP}", "-XX:+UseG1GC", "-Djava.awt.headless=true"]
     command += [f"-Dlog4j2.configurationFile=file:{(b.dir / 'log4j2.properties').absolute()}"]
+    if users:
+        command += [f"-Djava.security.auth.login.config={b.jaas.absolute()}"]
     command += ["-cp", jars, "kafka.Kafka", str(b.properties.absolute())]
     with (b.dir / "stdout.log").open("ab") as out:
         process = subprocess.Popen(
@@ -216,7 +406,7 @@ def start(b: Broker, timeout_s: float = START_TIMEOUT_S) -> tuple[int, bool]:
         )
     b.pid_file.write_text(str(process.pid))
     deadline = time.monotonic() + timeout_s
-    while not (listening(HOST, b.port) and answers(b.bootstrap, 2)):
+    while not (listening(HOST, b.port) and answers(b.bootstrap, 2, b.client_options())):
         code = process.poll()
         if code is not None:
             b.pid_file.unlink(missing_ok=True)
@@ -232,14 +422,11 @@ def start(b: Broker, timeout_s: float = START_TIMEOUT_S) -> tuple[int, bool]:
     return process.pid, True
 
 
-def stop(b: Broker, timeout_s: float = 60) -> int | None:
-    """Stop the broker (a controlled shutdown on SIGTERM, SIGKILL after ``timeout_s``); its
-    pid, or None when it was not running."""
-    pid = b.pid()
-    if pid is not None:
-        stop_group(pid, timeout_s)
-    b.pid_file.unlink(missing_ok=True)
-    return pid
+def stop(b: Broker, timeout_s: float = 60) -> Stop:
+    """Stop the broker (a controlled shutdown on SIGTERM, SIGKILL after ``timeout_s``): its
+    pid, or None when it was not running; a pid file naming another process stops nothing, is
+    removed, and what it named is said (:class:`lakehouse.processes.PidFile`)."""
+    return b.process.stop(timeout_s)
 
 
 @dataclass(frozen=True)
@@ -257,24 +444,24 @@ class TopicOffsets:
         return sum(end - first for first, end in self.offsets)
 
 
-def topics(bootstrap: str, timeout_s: float = 10) -> list[TopicOffsets]:
+def topics(
+    bootstrap: str, timeout_s: float = 10, options: Mapping[str, str] | None = None
+) -> list[TopicOffsets]:
     """Every topic but Kafka's internal ones, by name, with its partitions' end offsets."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
 
-    try:
-        metadata = admin(bootstrap).list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise KafkaError(f"no Kafka broker answers at {bootstrap}: {exc.args[0].str()}") from None
+    client = Client(bootstrap, options)
+    metadata = client.metadata(AdminClient(client.config), timeout_s)
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "lakehouse-status", "log_level": 0}
+        Client(bootstrap, {"group.id": "lakehouse-status", **(options or {})}).config
     )
     try:
         found = []
         for name in sorted(t for t in metadata.topics if not t.startswith("__")):
             partitions = sorted(metadata.topics[name].partitions)
             offsets = tuple(
-                consumer.get_watermark_offsets(TopicPartition(name, p), timeout=timeout_s)
-                for p in partitions
+                _watermarks(consumer, TopicPartition(name, p), timeout_s) for p in partitions
             )
             found.append(TopicOffsets(name, offsets))
         return found
@@ -282,13 +469,31 @@ def topics(bootstrap: str, timeout_s: float = 10) -> list[TopicOffsets]:
         consumer.close()
 
 
+def _watermarks(consumer, partition, timeout_s: float) -> tuple[int, int]:
+    """A partition's first and end offsets; a retriable error (a topic created a moment ago
+    whose leader is not serving yet: NOT_LEADER_FOR_PARTITION) is tried again for a while."""
+    from confluent_kafka import KafkaError as Code
+    from confluent_kafka import KafkaException
+
+    not_yet = (Code.NOT_LEADER_FOR_PARTITION, Code.LEADER_NOT_AVAILABLE)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(partition, timeout=timeout_s)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if not (error.retriable() or error.code() in not_yet) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def status_lines(b: Broker) -> list[str]:
     """What ``lakehouse kafka status`` prints: the broker, then a line per topic."""
     pid = b.pid()
     if pid is None:
         return [f"kafka: not running (folder {b.dir})"]
-    lines = [f"kafka: running (pid {pid}) at {b.bootstrap}, data and log in {b.dir}"]
-    found = topics(b.bootstrap)
+    lines = [f"kafka: running (pid {pid}) at {b.bootstrap}{sasl_note(b)}, data and log in {b.dir}"]
+    found = topics(b.bootstrap, options=b.client_options())
     width = max((len(t.topic) for t in found), default=0)
     for t in found:
         ends = " ".join(f"{p}:{end}" for p, end in enumerate(t.ends))
@@ -301,18 +506,29 @@ def status_lines(b: Broker) -> list[str]:
     return lines
 
 
-def create_topics(bootstrap: str, names: tuple[str, ...] | list[str], partitions: int) -> None:
+def sasl_note(b: Broker) -> str:
+    """How a client gets in, when the broker was started with SASL."""
+    users = b.users()
+    if not users:
+        return ""
+    return f" (SASL_PLAINTEXT, PLAIN, user{'s' * (len(users) > 1)} {', '.join(users)})"
+
+
+def create_topics(
+    bootstrap: str,
+    names: tuple[str, ...] | list[str],
+    partitions: int,
+    options: Mapping[str, str] | None = None,
+) -> None:
     """Create the topics that do not exist yet, with ``partitions`` partitions each; a topic
     that exists with another number of partitions is an error (its records' keys would map
     to other partitions than the settings say)."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic
 
-    client = admin(bootstrap)
-    try:
-        existing = client.list_topics(timeout=10).topics
-    except KafkaException as exc:
-        raise KafkaError(f"no Kafka broker answers at {bootstrap}: {exc.args[0].str()}") from None
+    config = Client(bootstrap, options)
+    client = AdminClient(config.config)
+    existing = config.metadata(client, 10).topics
     for name in names:
         if name in existing and len(existing[name].partitions) != partitions:
             raise KafkaError(

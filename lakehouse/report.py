@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from lakehouse.flows import Flow, LandingInput
+from lakehouse.redaction import redact
 from lakehouse.runner.declarations import PIPELINE, layer_flows
 from lakehouse.settings import Settings
 from lakehouse.status import current_marks, last_runs, read_table
@@ -360,7 +361,7 @@ def build_report(settings: Settings) -> str:
                     f"{(r.ended_at - r.started_at).total_seconds():.1f}",
                     r.batches,
                     f"{r.input_rows:,}",
-                    r.error or "",
+                    redact(r.error or ""),  # (rows recorded before secrets were redacted)
                 )
             )
             + "</tr>"

@@ -31,6 +31,8 @@ WORKER_CHATTER = (
     "Starting Streaming TransformWithStateInPandas Python worker",
     "Streaming TransformWithStateInPandas Python worker ",
 )
+# source options Spark shows redacted, beside those of spark.redaction.regex
+SPARK_REDACTED_OPTIONS = r"(?i)url|jaas|password|secret|token|credential|\.key$|keystore\.key"
 # what the JVM prints at its start because Spark 4 adds the incubating vector module
 JVM_CHATTER = ("WARNING: Using incubator modules: jdk.incubator.vector",)
 
@@ -74,6 +76,10 @@ def session_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
         # jobs in its layer's)
         "spark.scheduler.mode": "FAIR",
         "spark.scheduler.allocation.file": fair_pools_file().as_uri(),
+        # options of a source whose key or value matches are shown redacted in plans (an
+        # error's, the UI's, the event log's): Spark's own (url; secret, password, token,
+        # access key), and Kafka's client secrets (a JAAS config, a PEM key)
+        "spark.sql.redaction.options.regex": SPARK_REDACTED_OPTIONS,
     }
     if store.provider == "rocksdb":
         conf["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] = str(

@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
+from lakehouse import kafka_options
 from lakehouse.errors import LakehouseError
+from lakehouse.redaction import masked, remember
 
 LAYERS = ("bronze", "silver", "gold", "ops")
 # Settings that existed once and are gone: a value that asks for what they did fails in one
@@ -50,6 +52,9 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9._-]{0,200}$")
 _CONN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")  # what Airflow accepts as a connection id
 _BOOTSTRAP = re.compile(r"^[^\s,:]+:\d{1,5}(,[^\s,:]+:\d{1,5})*$")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# tables of free-form keys: Spark's configuration, Kafka's client options (by dotted key)
+FREE_FORM = ("spark_conf", "kafka.options", "kafka.librdkafka_options")
 
 
 log = logging.getLogger(__name__)
@@ -60,6 +65,16 @@ _WARNED: set[str] = set()
 
 class SettingsError(LakehouseError, ValueError):
     """A setting is unknown, missing or has a value outside what is allowed."""
+
+
+def _masked_repr(self) -> str:
+    """The dataclass's repr with the secret values of its tables masked
+    (:mod:`lakehouse.redaction`)."""
+    parts = []
+    for f in dataclasses.fields(self):
+        value = getattr(self, f.name)
+        parts.append(f"{f.name}={masked(value) if isinstance(value, dict) else value!r}")
+    return f"{type(self).__name__}({', '.join(parts)})"
 
 
 def duration_seconds(text: str) -> int:
@@ -142,6 +157,8 @@ class BronzeSettings:
 class TopicSettings:
     """What one bronze flow reading Kafka may set apart from the others (``kafka.<source>``)."""
 
+    # the flow's topic; "" = <kafka.topic_prefix><source>
+    topic: str = ""
     # where the flow's first run starts: "" = kafka.starting_offsets; earliest, latest, or
     # per partition a JSON object of offsets ({"0": 1200, "1": -2}; -2 earliest, -1 latest)
     starting_offsets: str = ""
@@ -168,10 +185,40 @@ class KafkaSettings:
     # how long a call to the broker may take; Spark's Kafka source tries 3 times, so a flow
     # fails after about 3 x this without a broker
     api_timeout_s: int = 60
-    # per topic (by source), what differs from the two settings above
+    # per topic (by source): its name, and what differs from the two settings above
     events: TopicSettings = field(default_factory=TopicSettings)
     impressions: TopicSettings = field(default_factory=TopicSettings)
     clicks: TopicSettings = field(default_factory=TopicSettings)
+    # Kafka client options in Apache Kafka's names (security.protocol, sasl.mechanism,
+    # sasl.jaas.config, ssl.truststore.location, ...): to Spark's Kafka source as
+    # kafka.<key>, to the project's own clients in librdkafka's names (lakehouse.kafka_options)
+    options: dict[str, str] = field(default_factory=dict)
+    # a Java properties file of such options (a client.properties), read when the settings
+    # load; kafka.options set elsewhere win over it
+    options_file: str = ""
+    # librdkafka's options for the project's own clients (generate, status, verify), over
+    # those translated from kafka.options: e.g. ssl.ca.location where Spark has a JKS truststore
+    librdkafka_options: dict[str, str] = field(default_factory=dict)
+
+    __repr__ = _masked_repr
+
+    def __post_init__(self):
+        remember(self.options)
+        remember(self.librdkafka_options)
+
+    def topic_of(self, source: str) -> str:
+        """The topic of landing source ``source``."""
+        own = getattr(self, source, None)
+        return (own.topic if isinstance(own, TopicSettings) else "") or self.topic_prefix + source
+
+    def spark_options(self) -> dict[str, str]:
+        """The client options as options of Spark's Kafka source (``kafka.<key>``)."""
+        return kafka_options.spark_options(self.options)
+
+    def client_options(self) -> dict[str, str]:
+        """The client options of the project's confluent-kafka clients (librdkafka's names),
+        without bootstrap.servers."""
+        return kafka_options.librdkafka(self.options, self.librdkafka_options)
 
     def starting_offsets_of(self, source: str, topic: str) -> str:
         """Spark's ``startingOffsets`` for the topic of ``source``."""
@@ -255,6 +302,11 @@ class Settings:
     # of `lakehouse run --full-refresh` (lakehouse.refresh) sets them.
     relocated: dict[str, str] = field(default_factory=dict)
 
+    __repr__ = _masked_repr
+
+    def __post_init__(self):
+        remember(self.spark_conf)
+
     # ---- lake layout -------------------------------------------------------------------
     def landing_path(self, source: str | None = None) -> Path:
         base = self.root / "landing"
@@ -268,8 +320,9 @@ class Settings:
         return self.root / "tables" / layer / table
 
     def topic(self, source: str) -> str:
-        """The Kafka topic of landing source ``source``."""
-        return self.kafka.topic_prefix + _checked_name("source", source)
+        """The Kafka topic of landing source ``source``: ``kafka.<source>.topic``, or else
+        ``<kafka.topic_prefix><source>``."""
+        return self.kafka.topic_of(_checked_name("source", source))
 
     def checkpoint_path(self, layer: str, flow: str) -> Path:
         if layer not in LAYERS:
@@ -420,16 +473,28 @@ def _deep_merge(target: dict[str, Any], source: Mapping[str, Any], prefix: str) 
             continue
         if key not in target:
             raise SettingsError(_unknown_key(dotted, target))
-        if isinstance(target[key], dict) and key != "spark_conf":
+        if dotted in FREE_FORM:
+            target[key] = {**target[key], **_flat(dotted, value)}
+        elif isinstance(target[key], dict):
             if not isinstance(value, Mapping):
                 raise SettingsError(f"setting {dotted!r} must be a table of settings")
             _deep_merge(target[key], value, dotted + ".")
-        elif key == "spark_conf":
-            if not isinstance(value, Mapping):
-                raise SettingsError("setting 'spark_conf' must be a table of key = value")
-            target[key] = {**target[key], **{str(k): str(v) for k, v in value.items()}}
         else:
             target[key] = value
+
+
+def _flat(dotted: str, table: Any) -> dict[str, str]:
+    """A free-form table as key: text; a TOML table under it (security.protocol written
+    without quotes) joined into dotted keys, true and false in lower case."""
+    if not isinstance(table, Mapping):
+        raise SettingsError(f"setting {dotted!r} must be a table of key = value")
+    out: dict[str, str] = {}
+    for key, value in table.items():
+        if isinstance(value, Mapping):
+            out.update({f"{key}.{k}": v for k, v in _flat(dotted, value).items()})
+        else:
+            out[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
 
 
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any, source: str | None = None) -> None:
@@ -439,8 +504,12 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any, source: str | Non
     node = data
     for i, part in enumerate(parts):
         here = ".".join(parts[: i + 1])
-        if node is data.get("spark_conf"):
-            node[".".join(parts[i:])] = str(value)
+        table = ".".join(parts[:i])
+        if table in FREE_FORM:
+            key = ".".join(parts[i:])
+            if table.startswith("kafka."):  # (no Kafka option has "_": an environment
+                key = key.replace("_", ".")  # variable's name can only spell its dots so)
+            node[key] = str(value)
             return
         if part not in node:
             msg = _unknown_key(here, node)
@@ -543,14 +612,50 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
     for f in dataclasses.fields(cls):
         dotted = prefix + f.name
         kwargs[f.name] = _coerce(dotted, hints[f.name], data[f.name])
+    if cls is KafkaSettings:
+        _check_kafka(kwargs)
     return cls(**kwargs)
+
+
+def _check_kafka(kwargs: dict[str, Any]) -> None:
+    """The client options with those of kafka.options_file under them, checked; one topic per
+    source."""
+    if kwargs["options_file"]:
+        path = Path(os.path.expanduser(kwargs["options_file"]))
+        try:
+            from_file = kafka_options.read_properties(path)
+        except (OSError, UnicodeDecodeError) as exc:
+            why = getattr(exc, "strerror", None) or "not a text file"
+            raise SettingsError(
+                f"setting 'kafka.options_file': cannot read {path}: {why}"
+            ) from None
+        kwargs["options"] = {**from_file, **kwargs["options"]}
+    try:
+        kwargs["options"] = kafka_options.check(kwargs["options"])
+    except kafka_options.OptionError as exc:
+        raise SettingsError(str(exc)) from None
+    for key in kwargs["librdkafka_options"]:
+        if key == "bootstrap.servers":
+            raise SettingsError(
+                "setting 'kafka.librdkafka_options.bootstrap.servers' cannot be set: the brokers "
+                "are setting kafka.bootstrap_servers"
+            )
+    topics: dict[str, str] = {}
+    for source in ("events", "impressions", "clicks"):
+        topic = kwargs[source].topic or kwargs["topic_prefix"] + source
+        if topic in topics:
+            raise SettingsError(
+                f"sources {topics[topic]} and {source} both read topic {topic}: set "
+                f"kafka.{source}.topic (or kafka.{topics[topic]}.topic) to a topic of its own"
+            )
+        topics[topic] = source
 
 
 def _coerce(dotted: str, hint: Any, value: Any) -> Any:
     if dataclasses.is_dataclass(hint):
         return _build(hint, value, dotted + ".")
     if get_origin(hint) is dict:
-        return {str(k): str(v) for k, v in value.items()}
+        return _flat(dotted, value)
     if hint is Path:
         if not str(value).strip():
             raise SettingsError(f"setting {dotted!r} must not be empty")
@@ -587,6 +692,12 @@ def _coerce(dotted: str, hint: Any, value: Any) -> Any:
         if choices and text not in choices:
             raise SettingsError(
                 f"setting {dotted!r} must be one of {', '.join(choices)}; got {text!r}"
+            )
+        topic = dotted.startswith("kafka.") and dotted.endswith(".topic")
+        if topic and text and (not _TOPIC.match(text) or text in (".", "..")):
+            raise SettingsError(
+                f"setting {dotted!r} must be a Kafka topic name: letters, digits, '.', '_' "
+                f"and '-' (at most 249); got {text!r}"
             )
         if dotted == "kafka.topic_prefix" and not _TOPIC_PREFIX.match(text):
             raise SettingsError(

@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 
 from lakehouse.maintain import lake_tables
+from lakehouse.redaction import redact
 from lakehouse.settings import Settings
 from lakehouse.storage import deltafiles as dfiles
 from lakehouse.text import aligned
@@ -80,7 +81,8 @@ def kafka_backlog(settings: Settings) -> list[list]:
     from lakehouse import checkpoints, kafka
     from lakehouse.runner import layer_flows
 
-    on_broker = {t.topic: t for t in kafka.topics(settings.kafka.bootstrap_servers)}
+    client = settings.kafka.client_options()
+    on_broker = {t.topic: t for t in kafka.topics(settings.kafka.bootstrap_servers, options=client)}
     rows = []
     for flow in layer_flows("bronze"):
         topic = settings.topic(flow.inputs[0].source)
@@ -105,7 +107,7 @@ def print_kafka_backlog(settings: Settings, out: TextIO) -> None:
     try:
         rows = kafka_backlog(settings)
     except KafkaError as exc:
-        print(f"  {exc}", file=out)
+        print(f"  {redact(str(exc))}", file=out)
         return
     header = ["flow", "topic", "records", "committed up to (partition:offset)", "not read"]
     _print_table(header, rows, out, {2, 4})
@@ -142,7 +144,7 @@ def print_status(settings: Settings, out: TextIO | None = None) -> None:
                     f"{(r.ended_at - r.started_at).total_seconds():.1f}",
                     int(r.batches),
                     f"{int(r.input_rows):,}",
-                    (r.error or "")[:80],
+                    redact(r.error or "")[:80],
                 ]
                 for r in last.itertuples()
             ],

@@ -41,6 +41,7 @@ import sys
 import tomllib
 import zlib
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TextIO
@@ -124,7 +125,8 @@ def landing_lines(settings: Settings, source: str) -> list[LandingLine]:
     ``.bz2`` or ``.deflate`` decompressed, a byte-order mark that starts a line dropped. With
     ``bronze.source = "kafka"``: every record of topic ``source`` (:func:`kafka_lines`)."""
     if settings.bronze.source == "kafka":
-        return kafka_lines(settings.kafka.bootstrap_servers, settings.topic(source))
+        kafka = settings.kafka
+        return kafka_lines(kafka.bootstrap_servers, settings.topic(source), kafka.client_options())
     folder = settings.landing_path(source)
     lines = []
     # every file Spark's file source reads: not hidden, not starting with "_"
@@ -150,23 +152,25 @@ def _line(file: str, raw: bytes) -> LandingLine:
         return LandingLine(file, raw.decode("utf-8", "replace"), False, len(raw))
 
 
-def kafka_lines(bootstrap: str, topic: str) -> list[LandingLine]:
+def kafka_lines(
+    bootstrap: str, topic: str, options: Mapping[str, str] | None = None
+) -> list[LandingLine]:
     """Every record of ``topic`` still on the broker, partition by partition in offset order,
     as a line: its value decoded (None for a null value), and as its "file" its place and
-    time, ``kafka:<topic>/<partition>/<offset>@<timestamp>``, as bronze records it."""
+    time, ``kafka:<topic>/<partition>/<offset>@<timestamp>``, as bronze records it.
+    ``options``: the client options a secured broker needs (librdkafka's names)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "lakehouse-verify",
-            "enable.auto.commit": False,
-            "log_level": 0,
-        }
-    )
+    from lakehouse.kafka import Client, KafkaError
+
+    client = Client(bootstrap, {"group.id": "lakehouse-verify", **(options or {})})
+    consumer = Consumer({**client.config, "enable.auto.commit": False})
     lines: list[LandingLine] = []
     try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        try:
+            partitions = client.metadata(consumer, 10, topic).topics[topic].partitions
+        except KafkaError as exc:
+            raise VerifyError(str(exc)) from None
         for partition in sorted(partitions):
             first, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)
             if end <= first:

@@ -97,7 +97,7 @@ def test_the_layers_on_a_standalone_cluster_equal_a_local_run(spark, tmp_path):
             apps = sorted(a["name"] for a in json.load(r)["completedapps"])
         assert apps == ["lakehouse-bronze", "lakehouse-gold", "lakehouse-silver"]
     finally:
-        assert set(cluster.stop(on_cluster)) == {"master", "worker"}
+        assert set(cluster.stop(on_cluster).names) == {"master", "worker"}
 
     run_layers(spark, local, ["bronze", "silver", "gold"], out=io.StringIO())
     cluster_store, local_store = table_store(spark, on_cluster), table_store(spark, local)

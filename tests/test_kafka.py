@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import re
+
+import numpy as np
+import pytest
 from confluent_kafka import Producer
 
 from lakehouse import kafka
@@ -95,3 +100,122 @@ def test_no_java_is_one_line(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.startswith("lakehouse: error: Java 17 or newer is required by Spark 4 (JAVA_HOME=")
     assert err.count("\n") == 1
+
+
+def _plain(username: str, password: str) -> dict[str, str]:
+    """Settings' environment for PLAIN credentials over SASL_PLAINTEXT, as a production job
+    would get its secrets (never on a command line)."""
+    return {
+        "LAKEHOUSE_KAFKA__OPTIONS__SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "LAKEHOUSE_KAFKA__OPTIONS__SASL_MECHANISM": "PLAIN",
+        "LAKEHOUSE_KAFKA__OPTIONS__SASL_JAAS_CONFIG": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{username}" password="{password}";'
+        ),
+    }
+
+
+def test_a_broker_with_sasl_lets_in_the_right_password_only(tmp_path, capsys):
+    """``lakehouse kafka start --sasl --users FILE``: the listener is SASL_PLAINTEXT with PLAIN;
+    the lake's clients (generate's producer, status, verify) get in with the user's password
+    from kafka.options, and are refused in one line with a wrong one, which no output shows."""
+    from lakehouse import generate as gen
+    from lakehouse.settings import load_settings
+    from lakehouse.status import print_status
+    from lakehouse.verify import kafka_lines
+
+    folder, port = tmp_path / "broker", free_port()
+    users = tmp_path / "users.properties"
+    users.write_text("# who may connect\nalice = alice-pw-1234\nbob=bob-pw-5678\n")
+    args = ["--root", str(tmp_path / "lake"), "--dir", str(folder), "--port", str(port)]
+    assert main(["kafka", "start", *args, "--sasl", "--users", str(users)]) == 0
+    broker = kafka.Broker(folder, port)
+    try:
+        out = capsys.readouterr().out
+        assert out == (
+            f"kafka: started (pid {broker.pid()}) at 127.0.0.1:{port} (SASL_PLAINTEXT, PLAIN, "
+            f"users alice, bob); log {folder / 'server.log'}\n"
+        )
+        assert broker.jaas.stat().st_mode & 0o777 == 0o600
+        assert not kafka.answers(broker.bootstrap, 3)  # no credentials: not let in
+
+        def lake(password: str):
+            env = {**_plain("alice", password), "LAKEHOUSE_BRONZE__SOURCE": "kafka"}
+            env["LAKEHOUSE_KAFKA__BOOTSTRAP_SERVERS"] = broker.bootstrap
+            env["LAKEHOUSE_KAFKA__EVENTS__TOPIC"] = "shop.events.v2"
+            return load_settings("test", env=env, overrides={"root": str(tmp_path / "lake")})
+
+        right, wrong = lake("alice-pw-1234"), lake("not-alices-pw")
+        sink = gen.KafkaSink.from_settings(right)
+        lines = ['{"event_id":"e1","user_id":7}', '{"event_id":"e2","user_id":8}']
+        landed = gen.Landed(
+            np.zeros(2, np.int64), np.array(lines, dtype=object), np.zeros(2, np.int8)
+        )
+        sink.write("events", landed)
+        assert sink.books("events")["kafka"]["topic"] == "shop.events.v2"
+        options = right.kafka.client_options()
+        read = kafka_lines(broker.bootstrap, "shop.events.v2", options)
+        assert sorted(line.text for line in read) == lines
+
+        with pytest.raises(kafka.KafkaError) as refused:
+            kafka.topics(broker.bootstrap, 5, wrong.kafka.client_options())
+        message = str(refused.value)
+        assert message.startswith(
+            f"the Kafka broker at {broker.bootstrap} refused the connection: "
+        ), message
+        assert "Authentication failed" in message and "\n" not in message
+        assert "not-alices-pw" not in message
+
+        # lakehouse status with the wrong password: the line says so, shows no password
+        report = io.StringIO()
+        print_status(wrong, report)
+        text = report.getvalue()
+        assert f"kafka at {broker.bootstrap}: records bronze has not read\n  the Kafka " in text
+        assert "refused the connection" in text and "not-alices-pw" not in text
+        report = io.StringIO()
+        print_status(right, report)
+        row = next(r for r in report.getvalue().splitlines() if r.startswith("bronze.events"))
+        assert re.split(r"\s{2,}", row) == [
+            "bronze.events",
+            "shop.events.v2",
+            "2",
+            "not started",
+            "2",
+        ]
+
+        # lakehouse kafka status uses the broker's own user
+        assert main(["kafka", "status", *args]) == 0
+        lines_out = capsys.readouterr().out.splitlines()
+        assert lines_out[0].startswith(f"kafka: running (pid {broker.pid()}) at 127.0.0.1:{port} (")
+        assert any(
+            line.startswith("  shop.events.v2  3 partitions, 2 records") for line in lines_out
+        )
+        assert not any(pw in "".join(lines_out) for pw in ("alice-pw-1234", "bob-pw-5678"))
+    finally:
+        kafka.stop(broker)
+
+
+def test_sasl_without_users_takes_the_plain_user_of_the_settings(tmp_path, capsys, monkeypatch):
+    for key, value in _plain("carol", "carol-pw-0000").items():
+        monkeypatch.setenv(key, value)
+    folder, port = tmp_path / "broker", free_port()
+    args = ["--root", str(tmp_path / "lake"), "--dir", str(folder), "--port", str(port)]
+    assert main(["kafka", "start", *args, "--users", "x"]) == 2
+    assert capsys.readouterr().err == "lakehouse: error: --users goes with --sasl\n"
+    assert main(["kafka", "start", *args, "--sasl"]) == 0
+    broker = kafka.Broker(folder, port)
+    try:
+        assert "(SASL_PLAINTEXT, PLAIN, user carol)" in capsys.readouterr().out
+        plain = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"}
+        carol = {**plain, "sasl.username": "carol", "sasl.password": "carol-pw-0000"}
+        assert kafka.answers(broker.bootstrap, 5, carol)
+        assert not kafka.answers(broker.bootstrap, 5, {**carol, "sasl.password": "nope"})
+    finally:
+        kafka.stop(broker)
+    # started again without --sasl: plain text, the JAAS file gone
+    assert main(["kafka", "start", *args]) == 0
+    try:
+        assert not broker.jaas.exists() and broker.users() == []
+        assert kafka.answers(broker.bootstrap, 5)
+    finally:
+        kafka.stop(broker)

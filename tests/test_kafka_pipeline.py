@@ -16,6 +16,7 @@ from confluent_kafka import Producer, TopicPartition
 
 from lakehouse import checkpoints, kafka
 from lakehouse import generate as gen
+from lakehouse.kafka_options import PLAIN_MODULE
 from lakehouse.processes import free_port
 from lakehouse.progress import Progress
 from lakehouse.runner import FlowFailed, declared_tables, run_layers
@@ -317,5 +318,97 @@ def test_a_broker_stopped_under_continuous_bronze_fails_it_and_a_restart_resumes
         report = io.StringIO()
         assert run_verify(lake, report) == 0, report.getvalue()
         assert report.getvalue().splitlines()[-1] == ALL_EQUAL
+    finally:
+        kafka.stop(broker)
+
+
+def _sasl_lake(settings, broker, root, password: str):
+    """A lake whose bronze reads the broker's topics over SASL_PLAINTEXT as user bronze."""
+    jaas = f'{PLAIN_MODULE} required username="bronze" password="{password}";'
+    lake = settings.with_overrides({"root": str(root)})
+    return _kafka_lake(lake, broker, "sasl.", 1).with_overrides(
+        {
+            "kafka.options.security.protocol": "SASL_PLAINTEXT",
+            "kafka.options.sasl.mechanism": "PLAIN",
+            "kafka.options.sasl.jaas.config": jaas,
+        }
+    )
+
+
+REFUSED = (
+    r"flow bronze\.(events|impressions|clicks) failed: the Kafka broker at 127\.0\.0\.1:\d+ "
+    r"refused bronze's login for topic sasl\.\w+ \(SaslAuthenticationException: Authentication "
+    r"failed: Invalid username or password\); check the credentials and TLS settings in "
+    r"kafka\.options"
+)
+
+
+def test_bronze_reads_a_sasl_broker_with_its_password_and_fails_in_one_line_without(
+    spark, settings, tmp_path
+):
+    """The broker lets in user bronze (SASL_PLAINTEXT, PLAIN): with the right password in
+    kafka.options bronze reads its topics; with a wrong one each flow fails in one line naming
+    the refused login, and the password is in no error, ops.runs row or status line."""
+    broker = kafka.Broker(tmp_path / "broker", free_port())
+    kafka.start(broker, users={"bronze": "Bronze-pw-2468"})
+    try:
+        right = _sasl_lake(settings, broker, tmp_path / "right", "Bronze-pw-2468")
+        topics = [right.topic(s) for s in ("events", "impressions", "clicks")]
+        client = right.kafka.client_options()
+        kafka.create_topics(broker.bootstrap, topics, 1, client)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0, **client})
+        event = '{"event_id":"e%d","user_id":7,"event_time":"2026-01-05T08:00:0%dZ"}'
+        for i in range(3):
+            producer.produce(topics[0], value=event % (i, i))
+        assert producer.flush(30) == 0
+        run_layers(spark, right, ["bronze"], out=io.StringIO())
+        assert sorted(read_table(right, "bronze.events")["event_id"]) == ["e0", "e1", "e2"]
+
+        wrong = _sasl_lake(settings, broker, tmp_path / "wrong", "Not-the-pw-1357")
+        with pytest.raises(FlowFailed) as failed:
+            run_layers(spark, wrong, ["bronze"], out=io.StringIO())
+        message = str(failed.value)
+        assert re.fullmatch(REFUSED, message), message
+        errors = read_table(wrong, "ops.runs")["error"].dropna()
+        assert errors.str.fullmatch(REFUSED.split(" failed: ", 1)[1]).any(), list(errors)
+        out = io.StringIO()
+        print_status(wrong, out)
+        assert "refused the connection" in out.getvalue()  # the backlog's line
+        for shown in (message, *errors, out.getvalue()):
+            assert "Not-the-pw-1357" not in shown
+    finally:
+        kafka.stop(broker)
+
+
+@pytest.mark.slow
+def test_a_refused_login_is_the_last_line_of_lakehouse_run_and_no_output_shows_the_password(
+    tmp_path,
+):
+    """``lakehouse run --layer bronze`` with the password from the environment (as a
+    scheduler passes secrets): a wrong one ends the run with exit code 1 and the refused login
+    as its last line; neither the JVM's log (the query's plan among it) nor anything else
+    printed holds the password."""
+    broker = kafka.Broker(tmp_path / "broker", free_port())
+    kafka.start(broker, users={"bronze": "Bronze-pw-2468"})
+    try:
+        kafka.create_topics(
+            broker.bootstrap, ["events", "impressions", "clicks"], 1, broker.client_options()
+        )
+        env = {
+            **os.environ,
+            "LAKEHOUSE_BRONZE__SOURCE": "kafka",
+            "LAKEHOUSE_KAFKA__BOOTSTRAP_SERVERS": broker.bootstrap,
+            "LAKEHOUSE_KAFKA__OPTIONS__SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+            "LAKEHOUSE_KAFKA__OPTIONS__SASL_MECHANISM": "PLAIN",
+            "LAKEHOUSE_KAFKA__OPTIONS__SASL_USERNAME": "bronze",
+            "LAKEHOUSE_KAFKA__OPTIONS__SASL_PASSWORD": "Not-the-pw-1357",
+        }
+        command = [sys.executable, "-m", "lakehouse.cli", "run", "--layer", "bronze"]
+        command += ["--root", str(tmp_path / "lake"), "--profile", "test"]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 1, done.stderr[-3000:]
+        last = done.stderr.strip().splitlines()[-1]
+        assert re.fullmatch(r"lakehouse: error: " + REFUSED.replace("sasl\\.", ""), last), last
+        assert "Not-the-pw-1357" not in done.stdout + done.stderr
     finally:
         kafka.stop(broker)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from lakehouse.monitoring import Drops, ProgressRecorder, record_runs
+from lakehouse.redaction import redact
 from lakehouse.settings import Settings, split_table_name
 
 if TYPE_CHECKING:
@@ -131,13 +132,32 @@ def incompatible_state(flow: str, checkpoint: Path, error: str) -> str | None:
 
 
 _LOST = re.compile(r"Could not read records in offset \[(\d+), (\d+)\) for topic partition (\S+)")
+# Kafka's client refusing a login (SASL, TLS) or the broker refusing access (ACLs)
+_REFUSED = re.compile(
+    r"org\.apache\.kafka\.common\.errors\.(\w*(?:Authentication|Authorization)Exception): ?([^\n]*)"
+)
 
 
 def kafka_failure(settings: Settings, flow: str, text: str) -> str | None:
-    """What a bronze flow reading Kafka ran into, and the way out: records gone before it read
-    them, or a broker that does not answer; None for other errors."""
+    """What a bronze flow reading Kafka ran into, and the way out: a login or an access the
+    broker refused, records gone before it read them, or a broker that does not answer; None
+    for other errors."""
     if settings.bronze.source != "kafka" or not flow.startswith("bronze."):
         return None
+    refused = _REFUSED.findall(text)
+    if refused:
+        kind, why = refused[-1]  # (the deepest cause)
+        broker = settings.kafka.bootstrap_servers
+        topic = settings.kafka.topic_of(flow.removeprefix("bronze."))
+        if "Authorization" in kind:
+            return (
+                f"the Kafka broker at {broker} refused bronze access to topic {topic} ({kind}: "
+                f"{why.strip()}); check the user's ACLs on the topic and kafka.options"
+            )
+        return (
+            f"the Kafka broker at {broker} refused bronze's login for topic {topic} ({kind}: "
+            f"{why.strip()}); check the credentials and TLS settings in kafka.options"
+        )
     if "Some data may have been lost because they are not available in Kafka" in text:
         found = _LOST.search(text)
         where = (
@@ -207,7 +227,8 @@ class RunBook:
 
     def failed_to_start(self, flow: str, exc: BaseException) -> None:
         """A flow that could not start: the flows started before it are stopped."""
-        self.rows.append(self._row(flow, "failed", batches=0, input_rows=0, error=str(exc)))
+        error = redact(str(exc))
+        self.rows.append(self._row(flow, "failed", batches=0, input_rows=0, error=error))
         self.interrupted = True
 
     def record(self, queries: dict[str, StreamingQuery], reports: list[FlowReport]) -> None:
@@ -251,7 +272,8 @@ def flow_reports(
         error = query.exception()
         if error is not None:
             layer, flow = split_table_name(name)
-            report.error = (
+            # (a secret of the settings, a JAAS config say, never reaches ops.runs or a log)
+            report.error = redact(
                 incompatible_state(name, settings.checkpoint_path(layer, flow), str(error))
                 or kafka_failure(settings, name, str(error))
                 or first_line(error)

@@ -64,7 +64,9 @@ def read_topic(spark: SparkSession, settings: Settings, source: str) -> DataFram
     and a micro-batch reads at most ``kafka.<source>.max_offsets_per_trigger`` or else
     ``kafka.max_offsets_per_trigger`` records. failOnDataLoss stays on unless
     ``kafka.fail_on_data_loss`` says otherwise: records deleted before bronze read them
-    (retention) fail the flow instead of going missing."""
+    (retention) fail the flow instead of going missing. The client options of
+    ``kafka.options`` (security.protocol, SASL, TLS, ...) go to the source as
+    ``kafka.<key>``, over the timeouts set here."""
     from pyspark.sql import functions as F
 
     kafka = settings.kafka
@@ -78,6 +80,7 @@ def read_topic(spark: SparkSession, settings: Settings, source: str) -> DataFram
         # (a request may not take longer than the call that makes it)
         .option("kafka.default.api.timeout.ms", kafka.api_timeout_s * 1000)
         .option("kafka.request.timeout.ms", min(30, kafka.api_timeout_s) * 1000)
+        .options(**kafka.spark_options())
     )
     if kafka.max_offsets_of(source):
         reader = reader.option("maxOffsetsPerTrigger", kafka.max_offsets_of(source))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 from lakehouse import checkpoints
 from lakehouse.flows import Flow
 from lakehouse.monitoring import ProgressRecorder, recorded_batches
+from lakehouse.redaction import redact
 from lakehouse.runner.books import RECOUNT, drops, first_line
 from lakehouse.runner.declarations import completeness_columns
 from lakehouse.runner.errors import FlowFailed
@@ -87,8 +88,8 @@ def recount_unrecorded(
             recorder.record({**progress, "name": flow.name})
         except Exception as exc:  # the flow itself still runs: its books stay short
             print(
-                f"flow {flow.name}: could not recount micro-batch {batch} ({exc}); its drops "
-                "stay missing from ops.stream_progress",
+                f"flow {flow.name}: could not recount micro-batch {batch} ({redact(str(exc))}); "
+                "its drops stay missing from ops.stream_progress",
                 file=out,
                 flush=True,
             )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TextIO
 from lakehouse.flows import Flow
 from lakehouse.locks import flow_locks
 from lakehouse.monitoring import ProgressRecorder
+from lakehouse.redaction import redact
 from lakehouse.runner.books import RunBook, first_line, flow_reports, progress_listener
 from lakehouse.runner.declarations import PIPELINE, completeness_columns, layer_flows
 from lakehouse.runner.errors import FlowFailed, RunStopped
@@ -106,7 +107,7 @@ class _Queries:
         if error is None or not transient(str(error)) or len(failed) >= TRANSIENT_RESTARTS:
             return False
         print(
-            f"flow {name}: {first_line(error)} (the machine was too busy); restarting it "
+            f"flow {name}: {redact(first_line(error))} (the machine was too busy); restarting it "
             f"from its checkpoint ({len(failed) + 1} of {TRANSIENT_RESTARTS})",
             file=self.out,
             flush=True,
