@@ -315,7 +315,12 @@ import lakehouse
 print(json.dumps({
     "lakehouse": lakehouse.__file__,
     "dags": {d.dag_id: sorted(d.task_dict) for d in (module.pipeline, module.maintenance)},
-    "bronze": module.pipeline.get_task("bronze").bash_command,
+    "bronze": {
+        "application": module.pipeline.get_task("bronze")._application,
+        "py_files": module.pipeline.get_task("bronze")._py_files,
+        "jars": module.pipeline.get_task("bronze")._jars,
+    },
+    "package": module.pipeline.get_task("package").bash_command,
 }))
 """
 
@@ -339,10 +344,17 @@ def test_the_dag_file_loads_in_the_image_environment(image):
     found = json.loads(done.stdout)
     assert Path(found["lakehouse"]).is_relative_to(image.workdir), found["lakehouse"]
     assert found["dags"] == {
-        "lakehouse_pipeline": ["bronze", "gold", "silver"],
+        "lakehouse_pipeline": ["bronze", "gold", "package", "silver"],
         "lakehouse_maintenance": ["maintain"],
     }
-    assert str(image.workdir / "jars" / "lib") in found["bronze"]
+    # spark-submit gets the folder the package task packs under the lake root, not the checkout
+    packed = image.cwd / "lakehouse-data" / "dist"
+    bronze = found["bronze"]
+    assert bronze["application"] == str(packed / "jobs" / "bronze.py")
+    assert bronze["py_files"] == str(packed / "lakehouse-code.zip")
+    jars = bronze["jars"].split(",")
+    assert jars and all(Path(jar).parent == packed / "jars" for jar in jars), jars
+    assert f"cluster package --output {packed / 'lakehouse-code.zip'}" in found["package"]
 
 
 @pytest.mark.e2e
