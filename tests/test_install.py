@@ -316,9 +316,9 @@ print(json.dumps({
     "lakehouse": lakehouse.__file__,
     "dags": {d.dag_id: sorted(d.task_dict) for d in (module.pipeline, module.maintenance)},
     "bronze": {
-        "application": module.pipeline.get_task("bronze")._application,
-        "py_files": module.pipeline.get_task("bronze")._py_files,
-        "jars": module.pipeline.get_task("bronze")._jars,
+        "application": module.pipeline.get_task("bronze").application,
+        "py_files": module.pipeline.get_task("bronze").py_files,
+        "jars": module.pipeline.get_task("bronze").jars,
     },
     "package": module.pipeline.get_task("package").bash_command,
 }))
