@@ -352,7 +352,10 @@ def test_the_dag_file_loads_in_the_image_environment(image):
     assert bronze["py_files"] == str(packed / "lakehouse-code.zip")
     jars = bronze["jars"].split(",")
     assert jars and all(Path(jar).parent == packed / "jars" for jar in jars), jars
-    assert f"cluster package --output {packed / 'lakehouse-code.zip'}" in found["package"]
+    assert found["package"] == (
+        f"lakehouse cluster package --root {packed.parent} --profile local "
+        f"--output {packed / 'lakehouse-code.zip'}"
+    )
 
 
 @pytest.mark.e2e
