@@ -8,9 +8,11 @@ tables, only the flow's own rows are replaced: ``Output.shared_by``), and the st
 checkpoint becomes the flow's checkpoint. A reader sees the old table until that commit, and
 the new one from it; the tables of one flow switch one after the other.
 
-The switch is recorded in ``<root>/refresh/<id>/refresh.json`` before it begins, so a run
-killed in the middle of it finishes it at the next start of one of its flows (or the next
-refresh): each table's overwrite records the refresh as its app transaction, and is skipped
+The switch is recorded in ``<root>/refresh/<id>/refresh.json`` before it begins (written to a
+temporary file in the same folder, then renamed over it: a kill or a full disk leaves the old
+state or the whole marker, never half of one), so a run killed in the middle of it finishes it
+at the next start of one of its flows (or the next refresh); a marker damaged anyway fails
+every run with one line naming it and the way out (:func:`read_marker`): each table's overwrite records the refresh as its app transaction, and is skipped
 when done already. While it runs, the refresh holds the lock of every flow that
 writes one of its tables: none of them may append meanwhile.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import shutil
 import uuid
 from collections.abc import Sequence
@@ -137,8 +140,7 @@ def refresh(
         except BaseException:
             shutil.rmtree(base, ignore_errors=True)  # nothing switched: the old tables stay
             raise
-        marker = {"id": base.name, "flows": [f.name for f in flows]}
-        (base / MARKER).write_text(json.dumps(marker))
+        write_marker(base, {"id": base.name, "flows": [f.name for f in flows]})
         _switch(store, settings, base, out)
     later = downstream(flows)
     if later:
@@ -148,6 +150,59 @@ def refresh(
             file=out,
         )
     return reports
+
+
+def write_marker(base: Path, marker: dict) -> None:
+    """``base``/refresh.json, atomically: written and synced to a temporary file in the same
+    folder, then renamed over it (a rename within a folder is atomic)."""
+    temporary = base / f".{MARKER}.{uuid.uuid4().hex}.tmp"
+    try:
+        with open(temporary, "w") as f:
+            f.write(json.dumps(marker))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, base / MARKER)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def read_marker(base: Path) -> dict:
+    """The marker of the refresh staged in ``base``; a RefreshError of one line naming the
+    file and the way out when it cannot be read (empty, not JSON, not a refresh's)."""
+    path = base / MARKER
+    try:
+        marker = json.loads(path.read_text())
+        if (
+            not isinstance(marker, dict)
+            or not isinstance(marker.get("id"), str)
+            or not isinstance(marker.get("flows"), list)
+        ):
+            raise ValueError("not the marker of a refresh")
+        return marker
+    except (OSError, ValueError) as exc:
+        reason = "empty" if isinstance(exc, ValueError) and not _size(path) else exc
+        staged = sorted(
+            f"{layer.name}.{table.name}"
+            for layer in (base / "tables").glob("*")
+            for table in layer.glob("*")
+        )
+        again = (
+            f"lakehouse run --full-refresh {' --full-refresh '.join(staged)}"
+            if staged
+            else "the full refresh"
+        )
+        raise RefreshError(
+            f"the full refresh marker {path} is unreadable ({reason}), so no flow can tell "
+            f"whether that refresh must still switch its tables: remove the folder {base} "
+            f"(that refresh's staging copy), then run `{again}` again"
+        ) from None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def finish_pending(spark: SparkSession, store, settings: Settings, flow: Flow, out) -> bool:
@@ -160,7 +215,7 @@ def finish_pending(spark: SparkSession, store, settings: Settings, flow: Flow, o
             if (base / "checkpoints" / flow.layer / flow.flow).is_dir():
                 shutil.rmtree(base, ignore_errors=True)
             continue
-        if flow.name in json.loads(marker.read_text())["flows"]:
+        if flow.name in read_marker(base)["flows"]:
             _switch(store, settings, base, out)
             return True
     return False
@@ -171,7 +226,7 @@ def _switch(store, settings: Settings, base: Path, out) -> None:
     commit (where other flows write it too, their rows kept), recorded as the app
     transaction of the refresh, so that a switch repeated after a crash skips the tables done
     already; then each flow's checkpoint replaced by its staging one; then ``base`` removed."""
-    marker = json.loads((base / MARKER).read_text())
+    marker = read_marker(base)
     flows = [f for f in all_flows() if f.name in marker["flows"]]
     staged = staged_settings(settings, base, flows)
     txn = (f"lakehouse-refresh-{marker['id']}", 0)

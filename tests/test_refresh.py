@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import io
+import shutil
 
 import pytest
 
@@ -152,6 +153,59 @@ def test_a_switch_cut_short_is_finished_by_the_next_run(spark, lake, capsys, mon
     assert "  gold.session_stats_hourly: switched to 3 rebuilt rows; it had 3" in out.getvalue()
     assert {t: _rows(settings, t) for t in before} == before
     assert not pending.exists()
+
+
+def test_a_damaged_marker_fails_every_run_with_one_line_and_its_way_out(
+    spark, lake, capsys, monkeypatch
+):
+    """A marker left empty (a kill or a full disk while it was written) or corrupt: every
+    run, of any layer, fails with one line naming the file and the way out; followed, the
+    lake is what it was. The marker a refresh writes leaves no temporary file beside it."""
+    settings = lake
+    before = {t: _rows(settings, t) for t in ("gold.sessions_custom", "gold.session_stats_hourly")}
+    monkeypatch.setenv(FAILPOINT_ENV, "before-switch:gold.session_stats_hourly")
+    with pytest.raises(Exception, match="failpoint before-switch:gold.session_stats_hourly"):
+        refresh(spark, settings, flows_writing(["gold.sessions_custom"]), out=io.StringIO())
+    monkeypatch.delenv(FAILPOINT_ENV)
+    capsys.readouterr()
+    (marker,) = (settings.root / "refresh").glob("*/refresh.json")
+    base = marker.parent
+    assert [p.name for p in base.iterdir() if p.is_file()] == ["refresh.json"]
+    way_out = (
+        f"so no flow can tell whether that refresh must still switch its tables: remove the "
+        f"folder {base} (that refresh's staging copy), then run `lakehouse run --full-refresh "
+        "gold.session_stats_hourly --full-refresh gold.sessions_custom` again"
+    )
+    for damage, reason in (
+        ("", "empty"),
+        ('{"id": "x", "flo', "Unterminated string starting at: line 1 column 13 (char 12)"),
+        ("[]", "not the marker of a refresh"),
+    ):
+        marker.write_text(damage)
+        for layer in ("bronze", "silver"):
+            code, out = _run(settings, capsys, "--layer", layer)
+            assert code == 2
+            assert out == [
+                f"lakehouse: error: the full refresh marker {marker} is unreadable ({reason}), "
+                + way_out
+            ]
+    code, out = _run(settings, capsys, "--full-refresh", "gold.sessions")
+    assert (code, len(out)) == (2, 1) and way_out in out[0]
+
+    shutil.rmtree(base)
+    code, out = _run(
+        settings,
+        capsys,
+        "--full-refresh",
+        "gold.session_stats_hourly",
+        "--full-refresh",
+        "gold.sessions_custom",
+    )
+    assert code == 0, out
+    assert {t: _rows(settings, t) for t in before} == before
+    code, out = _run(settings, capsys, "--layer", "gold")
+    assert code == 0, out
+    assert {t: _rows(settings, t) for t in before} == before
 
 
 @pytest.mark.parametrize(
