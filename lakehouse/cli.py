@@ -187,6 +187,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, extra)
     if args.full_refresh or args.full_refresh_all:
         return _full_refresh(args, settings)
+    if args.allow_shrink:
+        raise UsageError("--allow-shrink goes with --full-refresh or --full-refresh-all")
     if args.layer is None:
         raise UsageError("give --layer (bronze, silver, gold or all), or --full-refresh TABLE")
     layers = declared_layers() if args.layer == "all" else [args.layer]
@@ -236,7 +238,9 @@ def _full_refresh(args: argparse.Namespace, settings) -> int:
     with spark_session(settings, "lakehouse-refresh") as spark:
         reports = []
         for flows in groups:  # layer by layer: a layer reads what the one before rebuilt
-            reports += refresh(spark, settings, flows, out=sys.stdout)
+            reports += refresh(
+                spark, settings, flows, out=sys.stdout, allow_shrink=args.allow_shrink
+            )
     _print_reports(reports)
     return 0
 
@@ -541,6 +545,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--full-refresh-all",
         action="store_true",
         help="rebuild every table of --layer that way",
+    )
+    p.add_argument(
+        "--allow-shrink",
+        action="store_true",
+        help="with --full-refresh(-all): switch a rebuilt table even when it has fewer rows "
+        "than the table had (its inputs shrank: landing files removed, Kafka records past "
+        "retention); without it such a refresh is refused, saying the rows before and after, "
+        "and nothing is switched",
     )
     p.add_argument(
         "--trigger",

@@ -6,7 +6,9 @@ readers keep reading the tables as they are. Then each table switches in one Del
 an overwrite with the staging rows (in a table several flows write, such as the quarantine
 tables, only the flow's own rows are replaced: ``Output.shared_by``), and the staging
 checkpoint becomes the flow's checkpoint. A reader sees the old table until that commit, and
-the new one from it; the tables of one flow switch one after the other.
+the new one from it; the tables of one flow switch one after the other. A rebuild that would
+leave a table with fewer rows than it has (inputs pruned, past retention) is refused before
+anything switches, unless ``allow_shrink`` (``--allow-shrink``) is given.
 
 The switch is recorded in ``<root>/refresh/<id>/refresh.json`` before it begins (written to a
 temporary file in the same folder, then renamed over it: a kill or a full disk leaves the old
@@ -109,8 +111,11 @@ def refresh(
     flows: Sequence[Flow],
     *,
     out: TextIO,
+    allow_shrink: bool = False,
 ) -> list[FlowReport]:
-    """Rebuild what ``flows`` write (see the module docstring); their reports."""
+    """Rebuild what ``flows`` write (see the module docstring); their reports. Unless
+    ``allow_shrink``, refuse (before anything is switched) a rebuild that would leave a table
+    with fewer rows than it has (:func:`check_shrink`)."""
     from lakehouse.runner import run_flows
     from lakehouse.storage import table_store
 
@@ -137,6 +142,8 @@ def refresh(
         )
         try:
             reports = run_flows(spark, staged, flows, out=out)
+            if not allow_shrink:
+                check_shrink(store, settings, base, flows)
         except BaseException:
             shutil.rmtree(base, ignore_errors=True)  # nothing switched: the old tables stay
             raise
@@ -221,6 +228,61 @@ def finish_pending(spark: SparkSession, store, settings: Settings, flow: Flow, o
     return False
 
 
+def _outputs(flows: Sequence[Flow]) -> dict[str, list]:
+    """The tables ``flows`` write: table -> [(flow, output)]."""
+    outputs: dict[str, list] = {}
+    for flow in flows:
+        for output in flow.outputs:
+            outputs.setdefault(output.table, []).append((flow, output))
+    return outputs
+
+
+def _staged_rows(store, staged: Settings, table: str, owners: list):
+    """(the rows ``table`` switches to, how many of them the refresh rebuilt, how many it
+    replaces (None: no table yet), whose rows they are ("" or "the rows of ... in ")), or None
+    when the refresh staged no such table. In a table other flows write too, only the rows of
+    ``owners`` are counted and replaced."""
+    staging = Path(staged.table_path(table))
+    if not dfiles.is_delta_table(staging):
+        return None
+    rows = store.read_path(staging, table)
+    new = rows.count()
+    shared = [o.shared_by for _, o in owners if o.shared_by]
+    whose = ""
+    if shared and store.exists(table):
+        column = shared[0][0]
+        values = ", ".join(f"'{value}'" for _, value in shared)
+        mine = f"`{column}` IN ({values})"
+        old = store.read(table).where(mine).count()
+        rows = store.read(table).where(f"NOT coalesce({mine}, false)").unionByName(rows)
+        whose = f"the rows of {', '.join(f.name for f, _ in owners)} in "
+    else:
+        old = store.read(table).count() if store.exists(table) else None
+    return rows, new, old, whose
+
+
+def check_shrink(store, settings: Settings, base: Path, flows: Sequence[Flow]) -> None:
+    """Refuse a refresh that would leave a table with fewer rows than it has (its inputs
+    shrank: landing files pruned, Kafka records past retention, ``starting_offsets=latest``):
+    a RefreshError naming each such table with its rows before and after."""
+    staged = staged_settings(settings, base, flows)
+    shrunk = []
+    for table, owners in _outputs(flows).items():
+        staged_rows = _staged_rows(store, staged, table, owners)
+        if staged_rows is None:
+            continue
+        _, new, old, whose = staged_rows
+        if old is not None and new < old:
+            shrunk.append(f"{whose}{table} from {old:,} rows to {new:,}")
+    if shrunk:
+        raise RefreshError(
+            f"full refresh refused: it would shrink {'; '.join(shrunk)} (its inputs hold fewer "
+            "rows than were loaded: files removed, records past retention?); nothing was "
+            "switched, the tables are as they were; to switch to fewer rows anyway, run it "
+            "again with --allow-shrink"
+        )
+
+
 def _switch(store, settings: Settings, base: Path, out) -> None:
     """Switch a staged refresh in: each table overwritten with its staging rows in one
     commit (where other flows write it too, their rows kept), recorded as the app
@@ -230,27 +292,11 @@ def _switch(store, settings: Settings, base: Path, out) -> None:
     flows = [f for f in all_flows() if f.name in marker["flows"]]
     staged = staged_settings(settings, base, flows)
     txn = (f"lakehouse-refresh-{marker['id']}", 0)
-    outputs: dict[str, list] = {}
-    for flow in flows:
-        for output in flow.outputs:
-            outputs.setdefault(output.table, []).append((flow, output))
-    for table, owners in outputs.items():
-        staging = Path(staged.table_path(table))
-        if not dfiles.is_delta_table(staging):
+    for table, owners in _outputs(flows).items():
+        staged_rows = _staged_rows(store, staged, table, owners)
+        if staged_rows is None:
             continue
-        rows = store.read_path(staging, table)
-        new = rows.count()
-        shared = [o.shared_by for _, o in owners if o.shared_by]
-        whose = ""
-        if shared and store.exists(table):
-            column = shared[0][0]
-            values = ", ".join(f"'{value}'" for _, value in shared)
-            mine = f"`{column}` IN ({values})"
-            old = store.read(table).where(mine).count()
-            rows = store.read(table).where(f"NOT coalesce({mine}, false)").unionByName(rows)
-            whose = f"the rows of {', '.join(f.name for f, _ in owners)} in "
-        else:
-            old = store.read(table).count() if store.exists(table) else None
+        rows, new, old, whose = staged_rows
         store.replace(rows, table, owners[0][1].partition_by, txn=txn)
         store.register_again(table)
         had = "" if old is None else f"; {'they were' if whose else 'it had'} {old:,}"

@@ -265,3 +265,58 @@ def test_a_table_whose_columns_changed_is_rebuilt_with_its_new_schema(
     assert code == 0, out
     assert "span_end" in store.read("gold.user_activity_spans").columns
     assert len(_rows(settings, "gold.user_activity_spans")) == 3  # and 10:100 closed by 10:160
+
+
+def test_a_refresh_that_would_shrink_a_table_is_refused_unless_allowed(spark, settings, capsys):
+    """Two landing files pruned: a refresh of bronze.events would switch to fewer rows. It is
+    refused with the rows before and after, nothing switched, unless --allow-shrink."""
+    params = gen.params_from_settings(
+        settings, events=400, hours=1.0, users=20, seed=7, late_fraction=0.0
+    )
+    gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
+    run_layers(spark, settings, ["bronze"], out=io.StringIO())
+    before = _rows(settings, "bronze.events")
+    events = read_table(settings, "bronze.events")
+    quarantine = read_table(settings, "bronze.quarantine")
+    mine = quarantine[quarantine["source"] == "events"]
+    landing = settings.landing_path("events")
+    files = sorted(p for p in landing.iterdir() if not p.name.startswith(("_", ".")))
+    # a file with a quarantined line, and the first other one
+    bad_file = next(p for p in files if (mine["_source_file"].str.endswith("/" + p.name)).any())
+    pruned = [bad_file, next(p for p in files if p != bad_file)]
+    names = {p.name for p in pruned}
+
+    def gone(frame) -> int:
+        return int(frame["_source_file"].map(lambda f: f.rsplit("/", 1)[-1] in names).sum())
+
+    kept, dropped = len(events), gone(events)
+    bad, bad_dropped = len(mine), gone(mine)
+    assert dropped > 0 and bad_dropped > 0  # both tables shrink
+    for path in pruned:
+        path.unlink()
+
+    code, out = _run(settings, capsys, "--full-refresh", "bronze.events")
+    assert code == 2
+    assert out[-1] == (
+        "lakehouse: error: full refresh refused: it would shrink "
+        f"bronze.events from {kept:,} rows to {kept - dropped:,}; the rows of bronze.events in "
+        f"bronze.quarantine from {bad:,} rows to {bad - bad_dropped:,} (its inputs hold fewer "
+        "rows than were loaded: files removed, records past retention?); nothing was switched, "
+        "the tables are as they were; to switch to fewer rows anyway, run it again with "
+        "--allow-shrink"
+    )
+    assert _rows(settings, "bronze.events") == before
+    assert not any((settings.root / "refresh").iterdir())
+
+    code, out = _run(settings, capsys, "--full-refresh", "bronze.events", "--allow-shrink")
+    assert code == 0, out
+    assert f"  bronze.events: switched to {kept - dropped:,} rebuilt rows; it had {kept:,}" in out
+    assert len(_rows(settings, "bronze.events")) == kept - dropped
+
+
+def test_allow_shrink_goes_with_a_full_refresh(settings, capsys):
+    code, out = _run(settings, capsys, "--layer", "bronze", "--allow-shrink")
+    assert (code, out) == (
+        2,
+        ["lakehouse: error: --allow-shrink goes with --full-refresh or --full-refresh-all"],
+    )
