@@ -59,20 +59,30 @@ def settings_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = 
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:
-    from lakehouse.maintain import maintain
+    from lakehouse.maintain import MaintainFailed, maintain
 
     settings = settings_from_args(args)
+    failed = None
     with spark_session(settings, "lakehouse-maintain") as spark:
-        reports = maintain(settings, args.table or None, spark)
-    if not reports:
+        try:
+            reports = maintain(settings, args.table or None, spark, force=args.force)
+        except MaintainFailed as exc:
+            reports, failed = exc.reports, exc
+    if not reports and not failed:
         print(f"no tables under {settings.root / 'tables'}")
         return 0
-    print(f"{'table':32} {'version':>15} {'files':>11} {'compacted':>10} {'vacuumed':>9}")
+    if reports:
+        print(f"{'table':32} {'version':>15} {'files':>11} {'compacted':>10} {'vacuumed':>9}")
     for r in reports:
         print(
             f"{r.table:32} {r.version_before:>6} -> {r.version_after:<6} "
             f"{r.files_before:>4} -> {r.files_after:<4} {r.files_compacted:>10} {r.files_vacuumed:>9}"
         )
+    for r in reports:
+        if r.retention_note:
+            print(f"  {r.table}: {r.retention_note}")
+    if failed:
+        raise failed
     return 0
 
 
@@ -187,6 +197,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, extra)
     if args.full_refresh or args.full_refresh_all:
         return _full_refresh(args, settings)
+    if args.allow_shrink:
+        raise UsageError("--allow-shrink goes with --full-refresh or --full-refresh-all")
     if args.layer is None:
         raise UsageError("give --layer (bronze, silver, gold or all), or --full-refresh TABLE")
     layers = declared_layers() if args.layer == "all" else [args.layer]
@@ -236,7 +248,9 @@ def _full_refresh(args: argparse.Namespace, settings) -> int:
     with spark_session(settings, "lakehouse-refresh") as spark:
         reports = []
         for flows in groups:  # layer by layer: a layer reads what the one before rebuilt
-            reports += refresh(spark, settings, flows, out=sys.stdout)
+            reports += refresh(
+                spark, settings, flows, out=sys.stdout, allow_shrink=args.allow_shrink
+            )
     _print_reports(reports)
     return 0
 
@@ -417,6 +431,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="compact small files, checkpoint and vacuum every table",
     )
     p.add_argument("--table", action="append", help="only this table (layer.table; repeatable)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="vacuum with a maintenance.vacuum_retention_hours under Delta's 168-hour floor, "
+        "Delta's retentionDurationCheck off. The risk: files still needed are deleted, and "
+        "what needs them fails until a full refresh: a write in progress in another process, "
+        "a stream reading the table from a checkpoint outside this lake, a time-travel query. "
+        "(Files the lake's own checkpoints have not read yet are kept regardless: the "
+        "retention is never shorter than the age of the oldest version they have not read.)",
+    )
     p.set_defaults(func=cmd_maintain)
     from lakehouse.generate import DEFAULT_START as gen_default_start
 
@@ -541,6 +565,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--full-refresh-all",
         action="store_true",
         help="rebuild every table of --layer that way",
+    )
+    p.add_argument(
+        "--allow-shrink",
+        action="store_true",
+        help="with --full-refresh(-all): switch a rebuilt table even when it has fewer rows "
+        "than the table had (its inputs shrank: landing files removed, Kafka records past "
+        "retention); without it such a refresh is refused, saying the rows before and after, "
+        "and nothing is switched",
     )
     p.add_argument(
         "--trigger",

@@ -1,27 +1,66 @@
 """``lakehouse maintain``: compact small files, checkpoint the log, vacuum old files.
 
 With delta-spark: ``OPTIMIZE`` (Z-ordered by the columns a table declares in
-``Output.zorder_by``), a log checkpoint, ``VACUUM``. Safe beside running streams: compaction commits with ``dataChange=false`` (stream
-readers skip it) and does not conflict with appends, and vacuum only deletes files unreferenced
-for longer than the retention, far longer than a micro-batch between writing its files and
-committing them.
+``Output.zorder_by``), a log checkpoint, ``VACUUM``. Safe beside running streams: compaction
+commits with ``dataChange=false`` (stream readers skip it) and does not conflict with appends,
+and vacuum only deletes files unreferenced for longer than the retention.
+
+The retention a table is vacuumed with is never shorter than its readers need: each streaming
+checkpoint of the lake (``checkpoints/``, a refresh's staging ones) whose offsets read the
+table (a Delta source's offset names the table's id and the ``reservoirVersion`` it has read
+up to) keeps every file of the oldest version it has not read yet: the retention is at least
+that version's age (from its commit's timestamp), rounded up to hours, plus
+``READER_MARGIN_HOURS``. A retention under Delta's own floor (168 hours) is refused unless
+``force``: Delta's ``retentionDurationCheck`` stays on otherwise; what no checkpoint records
+(a reader from another lake root or a copied checkpoint, a write in progress in another
+process) is then only protected by the retention.
+
+One table that fails is reported in one line and the others are still maintained; then
+:class:`MaintainFailed` names the tables that failed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
+from lakehouse.errors import LakehouseError
 from lakehouse.settings import LAYERS, Settings
 from lakehouse.storage import deltafiles as dfiles
 from lakehouse.storage.deltafiles import TableNotFound
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+DELTA_RETENTION_FLOOR_HOURS = 168  # Delta's default deletedFileRetentionDuration, 7 days
+READER_MARGIN_HOURS = 1  # added to the age of the oldest version a reader has not read
+
+
+class RetentionTooShort(LakehouseError, ValueError):
+    """A vacuum retention under Delta's floor without ``--force``."""
+
+
+class MaintainFailed(LakehouseError, RuntimeError):
+    """Some tables failed (each reported when it did); the others were maintained."""
+
+    exit_code = 1
+
+    def __init__(self, reports: list[MaintenanceReport], failed: list[str]):
+        super().__init__(
+            f"maintain failed for {len(failed)} table(s): {', '.join(failed)} (each reported "
+            "above); the other tables were maintained"
+        )
+        self.reports = reports
+        self.failed = failed
 
 
 @dataclass(frozen=True)
@@ -33,6 +72,104 @@ class MaintenanceReport:
     files_after: int
     files_compacted: int
     files_vacuumed: int
+    retention_hours: float = 0.0
+    # why the retention is longer than the settings' (a lagging reader), or ""
+    retention_note: str = ""
+
+
+@dataclass(frozen=True)
+class UnreadVersion:
+    """The oldest version of a table a streaming checkpoint has not read yet."""
+
+    checkpoint: Path
+    version: int
+
+    @property
+    def reader(self) -> str:
+        """The checkpoint as ``layer.flow`` (its folder's last two names)."""
+        return f"{self.checkpoint.parent.name}.{self.checkpoint.name}"
+
+
+def lake_checkpoints(settings: Settings) -> list[Path]:
+    """Every streaming checkpoint of the lake: the flows' (wherever the settings put them),
+    any other under ``<root>/checkpoints/<layer>/``, and a full refresh's staging ones."""
+    from lakehouse.refresh import all_flows
+
+    found = {settings.checkpoint_path(f.layer, f.flow) for f in all_flows()}
+    for base in (settings.root / "checkpoints", *(settings.root / "refresh").glob("*/checkpoints")):
+        found.update(p for p in base.glob("*/*") if p.is_dir() and not p.name.endswith(".replaced"))
+    return sorted(p for p in found if (p / "offsets").is_dir())
+
+
+def unread_versions(checkpoint: Path) -> dict[str, int]:
+    """Per Delta table id (``reservoirId``) the checkpoint reads: the oldest version it has
+    not read yet. From the offsets of its last committed micro-batch (where its next batch
+    starts) and of any batch planned after it (or, before a first commit, every planned
+    one): an offset ``(v, -1)`` has read up to version v-1; ``(v, i)`` has read part of v
+    (or, ``isStartingVersion``, part of the snapshot of v): v is unread either way."""
+    from lakehouse.checkpoints import _batch_files, committed_batches
+
+    planned = _batch_files(checkpoint / "offsets")
+    committed = committed_batches(checkpoint)
+    start = committed[-1] if committed else min(planned, default=0)
+    versions: dict[str, int] = {}
+    for batch in sorted(b for b in planned if b >= start):
+        path = checkpoint / "offsets" / str(batch)
+        try:
+            lines = path.read_text().split("\n")[2:]
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                offset = json.loads(line)
+            except ValueError:
+                continue  # "-" (a source without an offset yet), another source's format
+            if isinstance(offset, dict) and "reservoirId" in offset:
+                table_id, version = offset["reservoirId"], int(offset["reservoirVersion"])
+                versions[table_id] = min(version, versions.get(table_id, version))
+    return versions
+
+
+def _table_id(path: Path) -> str:
+    return dfiles.open_table(path).metadata().id
+
+
+def commit_timestamp_ms(path: Path, version: int) -> int:
+    """When ``version`` of the table at ``path`` was committed: its commit's in-commit or
+    commitInfo timestamp, else the log file's modification time; the oldest commit still in
+    the log when that version's file is gone."""
+    log = dfiles.log_dir(path)
+    entry = log / f"{version:020d}.json"
+    if not entry.is_file():
+        kept = sorted(log.glob("[0-9]*.json"))
+        if not kept:
+            return 0
+        entry = kept[0]
+    for line in entry.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            info = json.loads(line).get("commitInfo")
+            if info:
+                stamp = info.get("inCommitTimestamp") or info.get("timestamp")
+                if stamp:
+                    return int(stamp)
+    return int(entry.stat().st_mtime * 1000)
+
+
+def reader_retention(
+    path: Path, readers: list[UnreadVersion], now_ms: int
+) -> tuple[float, UnreadVersion | None]:
+    """(hours of retention the table's readers need, the reader that needs them most) for
+    the table at ``path``: the age of the oldest version one of ``readers`` has not read,
+    rounded up to hours, plus READER_MARGIN_HOURS; (0, None) when every reader has read its
+    latest version. Every file that version and later ones need was removed (if at all) by a
+    commit no older than it, so a vacuum keeping tombstones that young keeps them."""
+    latest = dfiles.latest_version(path)
+    lagging = [r for r in readers if r.version <= latest]
+    if not lagging:
+        return 0.0, None
+    oldest = min(lagging, key=lambda r: r.version)
+    age_hours = max(0, now_ms - commit_timestamp_ms(path, oldest.version)) / 3_600_000
+    return float(math.ceil(age_hours) + READER_MARGIN_HOURS), oldest
 
 
 def lake_tables(settings: Settings) -> Iterator[tuple[str, Path]]:
@@ -69,12 +206,22 @@ def zorder_columns() -> dict[str, tuple[str, ...]]:
 
 
 def maintain_table(
-    spark: SparkSession, name: str, path: Path, settings: Settings, zorder_by: tuple[str, ...]
+    spark: SparkSession,
+    name: str,
+    path: Path,
+    settings: Settings,
+    zorder_by: tuple[str, ...],
+    readers: list[UnreadVersion] | None = None,
+    force: bool = False,
 ) -> MaintenanceReport:
     """OPTIMIZE (Z-ORDER BY ``zorder_by`` when given), a log checkpoint and VACUUM, with
-    delta-spark."""
+    delta-spark; the vacuum's retention the settings' or, when longer, what ``readers`` (the
+    checkpoints reading the table, see :func:`reader_retention`) need. Delta's retention
+    check stays on unless ``force``."""
     from delta.tables import DeltaTable
 
+    # before the compaction: a reader's unread versions are those before it
+    needed, reader = reader_retention(path, readers or [], int(time.time() * 1000))
     before_version = dfiles.latest_version(path)
     before_files = len(dfiles.open_table(path).file_uris())
     table = DeltaTable.forPath(spark, str(path))
@@ -85,12 +232,18 @@ def maintain_table(
     metrics = result.collect()[0].metrics
     compacted = metrics.numFilesRemoved if metrics.numFilesAdded else 0
     _checkpoint(spark, path)
-    retention = settings.maintenance.vacuum_retention_hours
-    # a retention under delta's 7-day floor is an explicit choice in the settings; without
-    # the second conf delta-spark 4.4 ignores a retention other than 0 and uses the table's
-    spark.conf.set(
-        "spark.databricks.delta.retentionDurationCheck.enabled", str(retention >= 168).lower()
-    )
+    configured = settings.maintenance.vacuum_retention_hours
+    retention = max(float(configured), needed)
+    note = ""
+    if reader is not None and needed > configured:
+        note = (
+            f"vacuum retention {retention:g} hours, not {configured:g}: {reader.reader} "
+            f"({reader.checkpoint}) has not read version {reader.version} yet"
+        )
+    # Delta's own check refuses a retention under the table's deletedFileRetentionDuration
+    # (7 days by default): on unless --force; without the second conf delta-spark 4.4
+    # ignores a retention other than 0 and uses the table's
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", str(not force).lower())
     spark.conf.set("spark.databricks.delta.vacuum.retentionWindowIgnore.enabled", "false")
     # VACUUM lists the table's folders in as many tasks as this says (default 10,000: 45 s of
     # empty tasks for a small table on a laptop); the shuffle partitions are the lake's scale
@@ -99,7 +252,7 @@ def maintain_table(
         str(max(2, settings.shuffle_partitions)),
     )
     on_disk = _data_files_on_disk(path)
-    table.vacuum(float(retention))  # FULL: also files no commit ever referenced
+    table.vacuum(retention)  # FULL: also files no commit ever referenced
     _remove_empty_folders(path)
     return MaintenanceReport(
         table=name,
@@ -109,6 +262,8 @@ def maintain_table(
         files_after=len(dfiles.open_table(path).file_uris()),
         files_compacted=int(compacted),
         files_vacuumed=len(on_disk - _data_files_on_disk(path)),
+        retention_hours=retention,
+        retention_note=note,
     )
 
 
@@ -133,9 +288,29 @@ def _data_files_on_disk(root: Path) -> set[str]:
 
 
 def maintain(
-    settings: Settings, tables: list[str] | None, spark: SparkSession
+    settings: Settings,
+    tables: list[str] | None,
+    spark: SparkSession,
+    *,
+    force: bool = False,
+    err: TextIO | None = None,
 ) -> list[MaintenanceReport]:
-    """Maintain every table of the lake (or ``tables``)."""
+    """Maintain every table of the lake (or ``tables``); a table that fails is reported in
+    one line on ``err`` (stderr) and the others are still maintained, then
+    :class:`MaintainFailed` names those that failed. A vacuum retention under Delta's floor
+    is refused unless ``force`` (see the module docstring)."""
+    from lakehouse.runner.books import first_line
+
+    err = err or sys.stderr
+    configured = settings.maintenance.vacuum_retention_hours
+    if configured < DELTA_RETENTION_FLOOR_HOURS and not force:
+        raise RetentionTooShort(
+            f"maintenance.vacuum_retention_hours = {configured} is under Delta's floor of "
+            f"{DELTA_RETENTION_FLOOR_HOURS} hours: give --force to vacuum with it (maintain "
+            "still keeps what the lake's checkpoints have not read, but a write in progress "
+            "in another process, or a reader whose checkpoint is elsewhere, can lose files "
+            "and then fail until a full refresh)"
+        )
     found = dict(lake_tables(settings))
     if tables:
         missing = [t for t in tables if t not in found]
@@ -146,7 +321,22 @@ def maintain(
             )
         found = {t: found[t] for t in tables}
     zorder = zorder_columns()
-    return [
-        maintain_table(spark, name, path, settings, zorder.get(name, ()))
-        for name, path in found.items()
-    ]
+    unread: dict[str, list[UnreadVersion]] = {}
+    for checkpoint in lake_checkpoints(settings):
+        for table_id, version in unread_versions(checkpoint).items():
+            unread.setdefault(table_id, []).append(UnreadVersion(checkpoint, version))
+    reports, failed = [], []
+    for name, path in found.items():
+        try:
+            readers = unread.get(_table_id(path), [])
+            reports.append(
+                maintain_table(
+                    spark, name, path, settings, zorder.get(name, ()), readers, force=force
+                )
+            )
+        except Exception as exc:
+            failed.append(name)
+            print(f"maintain: {name} failed: {first_line(exc)}", file=err, flush=True)
+    if failed:
+        raise MaintainFailed(reports, failed)
+    return reports

@@ -6,11 +6,15 @@ readers keep reading the tables as they are. Then each table switches in one Del
 an overwrite with the staging rows (in a table several flows write, such as the quarantine
 tables, only the flow's own rows are replaced: ``Output.shared_by``), and the staging
 checkpoint becomes the flow's checkpoint. A reader sees the old table until that commit, and
-the new one from it; the tables of one flow switch one after the other.
+the new one from it; the tables of one flow switch one after the other. A rebuild that would
+leave a table with fewer rows than it has (inputs pruned, past retention) is refused before
+anything switches, unless ``allow_shrink`` (``--allow-shrink``) is given.
 
-The switch is recorded in ``<root>/refresh/<id>/refresh.json`` before it begins, so a run
-killed in the middle of it finishes it at the next start of one of its flows (or the next
-refresh): each table's overwrite records the refresh as its app transaction, and is skipped
+The switch is recorded in ``<root>/refresh/<id>/refresh.json`` before it begins (written to a
+temporary file in the same folder, then renamed over it: a kill or a full disk leaves the old
+state or the whole marker, never half of one), so a run killed in the middle of it finishes it
+at the next start of one of its flows (or the next refresh); a marker damaged anyway fails
+every run with one line naming it and the way out (:func:`read_marker`): each table's overwrite records the refresh as its app transaction, and is skipped
 when done already. While it runs, the refresh holds the lock of every flow that
 writes one of its tables: none of them may append meanwhile.
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import shutil
 import uuid
 from collections.abc import Sequence
@@ -106,8 +111,11 @@ def refresh(
     flows: Sequence[Flow],
     *,
     out: TextIO,
+    allow_shrink: bool = False,
 ) -> list[FlowReport]:
-    """Rebuild what ``flows`` write (see the module docstring); their reports."""
+    """Rebuild what ``flows`` write (see the module docstring); their reports. Unless
+    ``allow_shrink``, refuse (before anything is switched) a rebuild that would leave a table
+    with fewer rows than it has (:func:`check_shrink`)."""
     from lakehouse.runner import run_flows
     from lakehouse.storage import table_store
 
@@ -134,11 +142,12 @@ def refresh(
         )
         try:
             reports = run_flows(spark, staged, flows, out=out)
+            if not allow_shrink:
+                check_shrink(store, settings, base, flows)
         except BaseException:
             shutil.rmtree(base, ignore_errors=True)  # nothing switched: the old tables stay
             raise
-        marker = {"id": base.name, "flows": [f.name for f in flows]}
-        (base / MARKER).write_text(json.dumps(marker))
+        write_marker(base, {"id": base.name, "flows": [f.name for f in flows]})
         _switch(store, settings, base, out)
     later = downstream(flows)
     if later:
@@ -148,6 +157,59 @@ def refresh(
             file=out,
         )
     return reports
+
+
+def write_marker(base: Path, marker: dict) -> None:
+    """``base``/refresh.json, atomically: written and synced to a temporary file in the same
+    folder, then renamed over it (a rename within a folder is atomic)."""
+    temporary = base / f".{MARKER}.{uuid.uuid4().hex}.tmp"
+    try:
+        with open(temporary, "w") as f:
+            f.write(json.dumps(marker))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, base / MARKER)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def read_marker(base: Path) -> dict:
+    """The marker of the refresh staged in ``base``; a RefreshError of one line naming the
+    file and the way out when it cannot be read (empty, not JSON, not a refresh's)."""
+    path = base / MARKER
+    try:
+        marker = json.loads(path.read_text())
+        if (
+            not isinstance(marker, dict)
+            or not isinstance(marker.get("id"), str)
+            or not isinstance(marker.get("flows"), list)
+        ):
+            raise ValueError("not the marker of a refresh")
+        return marker
+    except (OSError, ValueError) as exc:
+        reason = "empty" if isinstance(exc, ValueError) and not _size(path) else exc
+        staged = sorted(
+            f"{layer.name}.{table.name}"
+            for layer in (base / "tables").glob("*")
+            for table in layer.glob("*")
+        )
+        again = (
+            f"lakehouse run --full-refresh {' --full-refresh '.join(staged)}"
+            if staged
+            else "the full refresh"
+        )
+        raise RefreshError(
+            f"the full refresh marker {path} is unreadable ({reason}), so no flow can tell "
+            f"whether that refresh must still switch its tables: remove the folder {base} "
+            f"(that refresh's staging copy), then run `{again}` again"
+        ) from None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def finish_pending(spark: SparkSession, store, settings: Settings, flow: Flow, out) -> bool:
@@ -160,10 +222,65 @@ def finish_pending(spark: SparkSession, store, settings: Settings, flow: Flow, o
             if (base / "checkpoints" / flow.layer / flow.flow).is_dir():
                 shutil.rmtree(base, ignore_errors=True)
             continue
-        if flow.name in json.loads(marker.read_text())["flows"]:
+        if flow.name in read_marker(base)["flows"]:
             _switch(store, settings, base, out)
             return True
     return False
+
+
+def _outputs(flows: Sequence[Flow]) -> dict[str, list]:
+    """The tables ``flows`` write: table -> [(flow, output)]."""
+    outputs: dict[str, list] = {}
+    for flow in flows:
+        for output in flow.outputs:
+            outputs.setdefault(output.table, []).append((flow, output))
+    return outputs
+
+
+def _staged_rows(store, staged: Settings, table: str, owners: list):
+    """(the rows ``table`` switches to, how many of them the refresh rebuilt, how many it
+    replaces (None: no table yet), whose rows they are ("" or "the rows of ... in ")), or None
+    when the refresh staged no such table. In a table other flows write too, only the rows of
+    ``owners`` are counted and replaced."""
+    staging = Path(staged.table_path(table))
+    if not dfiles.is_delta_table(staging):
+        return None
+    rows = store.read_path(staging, table)
+    new = rows.count()
+    shared = [o.shared_by for _, o in owners if o.shared_by]
+    whose = ""
+    if shared and store.exists(table):
+        column = shared[0][0]
+        values = ", ".join(f"'{value}'" for _, value in shared)
+        mine = f"`{column}` IN ({values})"
+        old = store.read(table).where(mine).count()
+        rows = store.read(table).where(f"NOT coalesce({mine}, false)").unionByName(rows)
+        whose = f"the rows of {', '.join(f.name for f, _ in owners)} in "
+    else:
+        old = store.read(table).count() if store.exists(table) else None
+    return rows, new, old, whose
+
+
+def check_shrink(store, settings: Settings, base: Path, flows: Sequence[Flow]) -> None:
+    """Refuse a refresh that would leave a table with fewer rows than it has (its inputs
+    shrank: landing files pruned, Kafka records past retention, ``starting_offsets=latest``):
+    a RefreshError naming each such table with its rows before and after."""
+    staged = staged_settings(settings, base, flows)
+    shrunk = []
+    for table, owners in _outputs(flows).items():
+        staged_rows = _staged_rows(store, staged, table, owners)
+        if staged_rows is None:
+            continue
+        _, new, old, whose = staged_rows
+        if old is not None and new < old:
+            shrunk.append(f"{whose}{table} from {old:,} rows to {new:,}")
+    if shrunk:
+        raise RefreshError(
+            f"full refresh refused: it would shrink {'; '.join(shrunk)} (its inputs hold fewer "
+            "rows than were loaded: files removed, records past retention?); nothing was "
+            "switched, the tables are as they were; to switch to fewer rows anyway, run it "
+            "again with --allow-shrink"
+        )
 
 
 def _switch(store, settings: Settings, base: Path, out) -> None:
@@ -171,31 +288,15 @@ def _switch(store, settings: Settings, base: Path, out) -> None:
     commit (where other flows write it too, their rows kept), recorded as the app
     transaction of the refresh, so that a switch repeated after a crash skips the tables done
     already; then each flow's checkpoint replaced by its staging one; then ``base`` removed."""
-    marker = json.loads((base / MARKER).read_text())
+    marker = read_marker(base)
     flows = [f for f in all_flows() if f.name in marker["flows"]]
     staged = staged_settings(settings, base, flows)
     txn = (f"lakehouse-refresh-{marker['id']}", 0)
-    outputs: dict[str, list] = {}
-    for flow in flows:
-        for output in flow.outputs:
-            outputs.setdefault(output.table, []).append((flow, output))
-    for table, owners in outputs.items():
-        staging = Path(staged.table_path(table))
-        if not dfiles.is_delta_table(staging):
+    for table, owners in _outputs(flows).items():
+        staged_rows = _staged_rows(store, staged, table, owners)
+        if staged_rows is None:
             continue
-        rows = store.read_path(staging, table)
-        new = rows.count()
-        shared = [o.shared_by for _, o in owners if o.shared_by]
-        whose = ""
-        if shared and store.exists(table):
-            column = shared[0][0]
-            values = ", ".join(f"'{value}'" for _, value in shared)
-            mine = f"`{column}` IN ({values})"
-            old = store.read(table).where(mine).count()
-            rows = store.read(table).where(f"NOT coalesce({mine}, false)").unionByName(rows)
-            whose = f"the rows of {', '.join(f.name for f, _ in owners)} in "
-        else:
-            old = store.read(table).count() if store.exists(table) else None
+        rows, new, old, whose = staged_rows
         store.replace(rows, table, owners[0][1].partition_by, txn=txn)
         store.register_again(table)
         had = "" if old is None else f"; {'they were' if whose else 'it had'} {old:,}"

@@ -22,7 +22,9 @@ found, its differences shown but not failed: a row silver kept can still be behi
 flow's own watermark in the micro-batch that brings it (the gold flows' late drops are printed).
 
 Per table it prints rows expected, found, missing, unexpected and differing (same key, other
-values), with a few examples, and returns 1 on any difference.
+values), with a few examples, and returns 1 on any difference. Doubles are equal within a
+relative tolerance of 1e-9 (``REL_TOLERANCE``; ``ABS_TOLERANCE`` near 0), never rounded, and
+the output says so; every other type is compared exactly.
 
 The reference parses what the contract and the generator produce: JSON objects with ISO-8601
 times. Bronze refuses what Python's json module refuses (single quotes, text after the object),
@@ -36,6 +38,7 @@ import bz2
 import datetime as dt
 import gzip
 import json
+import math
 import re
 import sys
 import tomllib
@@ -58,7 +61,17 @@ from lakehouse.text import aligned
 
 MANIFEST = "_manifest.json"
 EXAMPLES = 3  # rows shown per kind of difference
-TOLERANCE = 1e-6  # sums of doubles added in another order
+# Doubles are equal when within REL_TOLERANCE of each other, relative to the larger (or
+# ABS_TOLERANCE apart, for values that should be 0): sums and means of doubles computed in
+# another order, or merged batch by batch, differ by a few ulps. Never by rounding: two values
+# a few ulps apart can straddle a rounding boundary (1399.7329374999 and 1399.7329375001).
+# Every other type is compared exactly.
+REL_TOLERANCE = 1e-9
+ABS_TOLERANCE = 1e-9
+TOLERANCE_NOTE = (
+    f"(doubles equal within {REL_TOLERANCE:g} relative or {ABS_TOLERANCE:g} absolute; "
+    "every other value exactly)"
+)
 
 # The contract's fields per source (docs/architecture.md 7): name -> JSON kind.
 FIELDS = {
@@ -475,7 +488,8 @@ def attribution_reference(
 
 
 def _normal(value):
-    """A hashable, comparable form of a cell: times as UTC microseconds, doubles rounded."""
+    """A hashable, comparable form of a cell: times as UTC microseconds, doubles as floats
+    (compared by :func:`_close`, never rounded)."""
     if value is None or (np.isscalar(value) and pd.isna(value)):
         return None
     if isinstance(value, pd.Timestamp | dt.datetime | np.datetime64):
@@ -483,7 +497,7 @@ def _normal(value):
         stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
         return int(stamp.as_unit("us").asm8.view("i8"))
     if isinstance(value, float | np.floating):
-        return round(float(value), 6)
+        return float(value)
     if isinstance(value, np.integer | np.bool_):
         return value.item()
     if isinstance(value, dict):
@@ -500,11 +514,14 @@ def _rows(frame: pd.DataFrame, columns: list[str]) -> list[tuple]:
     return [tuple(_normal(v) for v in row) for row in frame[columns].itertuples(index=False)]
 
 
-def _close(a: tuple, b: tuple) -> bool:
-    return len(a) == len(b) and all(
-        x == y or (isinstance(x, float) and isinstance(y, float) and abs(x - y) <= TOLERANCE)
-        for x, y in zip(a, b, strict=True)
-    )
+def _close(a, b) -> bool:
+    """Two normalised cells or rows are the same: doubles within the tolerances above (inside
+    maps and arrays too), everything else exactly."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or math.isclose(a, b, rel_tol=REL_TOLERANCE, abs_tol=ABS_TOLERANCE)
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
 
 
 @dataclass
@@ -545,7 +562,9 @@ def compare(
     note: str = "",
 ) -> Check:
     """Rows of ``expected`` and ``found`` over ``columns`` as multisets; a missing and an
-    unexpected row with the same ``keys`` are one differing row."""
+    unexpected row with the same ``keys`` are the same row when their cells are close
+    (:func:`_close`: doubles within a relative tolerance of REL_TOLERANCE), else one differing
+    row."""
     absent = [c for c in columns if c not in found.columns]
     if absent and len(found):
         raise VerifyError(f"{table} has no column(s) {', '.join(absent)}")
@@ -561,8 +580,10 @@ def compare(
     for row in missing:
         candidates = pending.get(tuple(row[i] for i in index))
         if candidates:
-            other = candidates.pop()
-            if not _close(row, other):
+            # the close one among the rows with this key, else any: a differing row
+            near = next((n for n, other in enumerate(candidates) if _close(row, other)), None)
+            other = candidates.pop(-1 if near is None else near)
+            if near is None:
                 check.differing.append((row, other))
         else:
             check.missing.append(row)
@@ -1017,6 +1038,7 @@ def print_checks(checks: list[Check], out: TextIO) -> None:
     ]
     for line in aligned(header, rows, right={1, 2, 3, 4, 5}):
         print(line, file=out)
+    print(TOLERANCE_NOTE, file=out)
     for c in checks:
         for line in c.books:
             print(f"  {c.table} books: {line}", file=out)

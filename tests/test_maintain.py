@@ -3,6 +3,10 @@ vacuum, beside streams that keep running."""
 
 from __future__ import annotations
 
+import io
+import shutil
+
+import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from lakehouse.cli import main
@@ -22,7 +26,7 @@ def test_maintain_compacts_without_disturbing_a_stream(spark, store, settings, r
 
     follow()
     reports = maintain(
-        settings.with_overrides({"maintenance.vacuum_retention_hours": 0}), None, spark
+        settings.with_overrides({"maintenance.vacuum_retention_hours": 0}), None, spark, force=True
     )
     small = next(r for r in reports if r.table == "bronze.small")
     assert (small.files_before, small.files_after, small.files_compacted) == (4, 1, 4)
@@ -60,7 +64,9 @@ def test_maintain_removes_the_files_of_a_write_that_never_committed(spark, store
     orphan = root / "staging-0" / "part-0.parquet"  # written, then the job died: no commit
     orphan.parent.mkdir()
     pq.write_table(pa.table({"k": [2], "v": ["b"]}), orphan)
-    maintain(settings.with_overrides({"maintenance.vacuum_retention_hours": 0}), None, spark)
+    maintain(
+        settings.with_overrides({"maintenance.vacuum_retention_hours": 0}), None, spark, force=True
+    )
     assert not orphan.exists()
     assert not orphan.parent.exists()  # its folder too
     assertDataFrameEqual(store.read("bronze.crashy"), df)
@@ -111,3 +117,95 @@ def test_maintain_zorders_gold_tables_by_their_declared_columns(spark, store, se
     assertDataFrameEqual(
         store.read("gold.sessions"), spark.createDataFrame([(u, u) for u in range(1, 7)], schema)
     )
+
+
+def test_one_failing_table_is_reported_and_the_others_are_maintained(
+    spark, store, settings, capsys
+):
+    """bronze.a_broken's log holds a commit that is not JSON: maintain says so in one line,
+    maintains bronze.small after it all the same, and exits 1 naming the failed table."""
+    for n in range(3):
+        store.write(spark.createDataFrame([(n, f"v{n}")], KV).coalesce(1), "bronze.a_broken")
+        store.write(spark.createDataFrame([(n, f"v{n}")], KV).coalesce(1), "bronze.small")
+    log = store.path("bronze.a_broken") / "_delta_log"
+    latest = max(log.glob("[0-9]*.json"))
+    latest.write_text("{not json\n")
+    capsys.readouterr()
+    code = main(["maintain", "--root", str(settings.root), "--profile", "test"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    failed, error = err.splitlines()
+    assert failed.startswith("maintain: bronze.a_broken failed: ")
+    assert error == (
+        "lakehouse: error: maintain failed for 1 table(s): bronze.a_broken (each reported "
+        "above); the other tables were maintained"
+    )
+    (small,) = [line.split() for line in out.splitlines() if line.startswith("bronze.small ")]
+    assert small[4:7] == ["3", "->", "1"]  # its three files compacted into one
+
+
+def test_a_retention_under_deltas_floor_needs_force(spark, settings, capsys):
+    code = main(
+        ["maintain", "--root", str(settings.root), "--profile", "test"]
+        + ["--conf", "maintenance.vacuum_retention_hours=0"]
+    )
+    assert code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "lakehouse: error: maintenance.vacuum_retention_hours = 0 is under Delta's floor of "
+        "168 hours: give --force to vacuum with it (maintain still keeps what the lake's "
+        "checkpoints have not read, but a write in progress in another process, or a reader "
+        "whose checkpoint is elsewhere, can lose files and then fail until a full refresh)"
+    ]
+
+
+@pytest.mark.slow
+def test_vacuum_with_0_hours_beside_a_lagging_reader_keeps_what_it_has_not_read(
+    spark, settings, capsys
+):
+    """The issue's case: silver read bronze up to a first landing file; more bronze came;
+    `maintain --conf maintenance.vacuum_retention_hours=0 --force` compacts bronze.events and
+    vacuums, but keeps the files of the versions silver.events has not read (its
+    checkpoint's offsets say which); then silver and gold run and verify passes (on the code
+    before, silver failed on FAILED_READ_FILE.FILE_NOT_EXIST)."""
+    from lakehouse import generate as gen
+    from lakehouse.progress import Progress
+    from lakehouse.runner import run_layers
+    from lakehouse.verify import run_verify
+
+    params = gen.params_from_settings(
+        settings, events=600, hours=2.0, users=30, seed=5, late_fraction=0.0
+    )
+    gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
+    held = {}  # every landing file but the first of each source, held back
+    for source in ("events", "impressions", "clicks"):
+        landing = settings.landing_path(source)
+        files = sorted(p for p in landing.iterdir() if not p.name.startswith(("_", ".")))
+        assert len(files) > 2
+        aside = settings.root / "held" / source
+        aside.mkdir(parents=True)
+        for path in files[1:]:
+            held[aside / path.name] = path
+            path.rename(aside / path.name)
+    run_layers(spark, settings, ["bronze", "silver"], out=io.StringIO())
+    for aside, path in held.items():
+        aside.rename(path)
+    run_layers(spark, settings, ["bronze"], out=io.StringIO())
+    shutil.rmtree(settings.root / "held")
+    unread = dfiles.latest_version(settings.table_path("bronze.events"))
+
+    capsys.readouterr()
+    root = ["--root", str(settings.root), "--profile", "test"]
+    conf = ["--conf", "maintenance.vacuum_retention_hours=0", "--force"]
+    assert main(["maintain", *root, *conf]) == 0
+    out = capsys.readouterr().out
+    events = next(line.split() for line in out.splitlines() if line.startswith("bronze.events "))
+    assert int(events[-2]) > 0  # compacted: its files removed from the table, some vacuumed
+    checkpoint = settings.checkpoint_path("silver", "events")
+    note = next(line for line in out.splitlines() if line.startswith("  bronze.events: "))
+    assert note.startswith("  bronze.events: vacuum retention 2 hours, not 0: silver.events ")
+    assert f"({checkpoint}) has not read version " in note
+    assert int(note.rsplit("version ", 1)[1].split()[0]) <= unread
+
+    run_layers(spark, settings, ["silver", "gold"], out=io.StringIO())
+    out = io.StringIO()
+    assert run_verify(settings, out) == 0, out.getvalue()

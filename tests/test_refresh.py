@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import io
+import shutil
 
 import pytest
 
@@ -154,6 +155,59 @@ def test_a_switch_cut_short_is_finished_by_the_next_run(spark, lake, capsys, mon
     assert not pending.exists()
 
 
+def test_a_damaged_marker_fails_every_run_with_one_line_and_its_way_out(
+    spark, lake, capsys, monkeypatch
+):
+    """A marker left empty (a kill or a full disk while it was written) or corrupt: every
+    run, of any layer, fails with one line naming the file and the way out; followed, the
+    lake is what it was. The marker a refresh writes leaves no temporary file beside it."""
+    settings = lake
+    before = {t: _rows(settings, t) for t in ("gold.sessions_custom", "gold.session_stats_hourly")}
+    monkeypatch.setenv(FAILPOINT_ENV, "before-switch:gold.session_stats_hourly")
+    with pytest.raises(Exception, match="failpoint before-switch:gold.session_stats_hourly"):
+        refresh(spark, settings, flows_writing(["gold.sessions_custom"]), out=io.StringIO())
+    monkeypatch.delenv(FAILPOINT_ENV)
+    capsys.readouterr()
+    (marker,) = (settings.root / "refresh").glob("*/refresh.json")
+    base = marker.parent
+    assert [p.name for p in base.iterdir() if p.is_file()] == ["refresh.json"]
+    way_out = (
+        f"so no flow can tell whether that refresh must still switch its tables: remove the "
+        f"folder {base} (that refresh's staging copy), then run `lakehouse run --full-refresh "
+        "gold.session_stats_hourly --full-refresh gold.sessions_custom` again"
+    )
+    for damage, reason in (
+        ("", "empty"),
+        ('{"id": "x", "flo', "Unterminated string starting at: line 1 column 13 (char 12)"),
+        ("[]", "not the marker of a refresh"),
+    ):
+        marker.write_text(damage)
+        for layer in ("bronze", "silver"):
+            code, out = _run(settings, capsys, "--layer", layer)
+            assert code == 2
+            assert out == [
+                f"lakehouse: error: the full refresh marker {marker} is unreadable ({reason}), "
+                + way_out
+            ]
+    code, out = _run(settings, capsys, "--full-refresh", "gold.sessions")
+    assert (code, len(out)) == (2, 1) and way_out in out[0]
+
+    shutil.rmtree(base)
+    code, out = _run(
+        settings,
+        capsys,
+        "--full-refresh",
+        "gold.session_stats_hourly",
+        "--full-refresh",
+        "gold.sessions_custom",
+    )
+    assert code == 0, out
+    assert {t: _rows(settings, t) for t in before} == before
+    code, out = _run(settings, capsys, "--layer", "gold")
+    assert code == 0, out
+    assert {t: _rows(settings, t) for t in before} == before
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -211,3 +265,58 @@ def test_a_table_whose_columns_changed_is_rebuilt_with_its_new_schema(
     assert code == 0, out
     assert "span_end" in store.read("gold.user_activity_spans").columns
     assert len(_rows(settings, "gold.user_activity_spans")) == 3  # and 10:100 closed by 10:160
+
+
+def test_a_refresh_that_would_shrink_a_table_is_refused_unless_allowed(spark, settings, capsys):
+    """Two landing files pruned: a refresh of bronze.events would switch to fewer rows. It is
+    refused with the rows before and after, nothing switched, unless --allow-shrink."""
+    params = gen.params_from_settings(
+        settings, events=400, hours=1.0, users=20, seed=7, late_fraction=0.0
+    )
+    gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
+    run_layers(spark, settings, ["bronze"], out=io.StringIO())
+    before = _rows(settings, "bronze.events")
+    events = read_table(settings, "bronze.events")
+    quarantine = read_table(settings, "bronze.quarantine")
+    mine = quarantine[quarantine["source"] == "events"]
+    landing = settings.landing_path("events")
+    files = sorted(p for p in landing.iterdir() if not p.name.startswith(("_", ".")))
+    # a file with a quarantined line, and the first other one
+    bad_file = next(p for p in files if (mine["_source_file"].str.endswith("/" + p.name)).any())
+    pruned = [bad_file, next(p for p in files if p != bad_file)]
+    names = {p.name for p in pruned}
+
+    def gone(frame) -> int:
+        return int(frame["_source_file"].map(lambda f: f.rsplit("/", 1)[-1] in names).sum())
+
+    kept, dropped = len(events), gone(events)
+    bad, bad_dropped = len(mine), gone(mine)
+    assert dropped > 0 and bad_dropped > 0  # both tables shrink
+    for path in pruned:
+        path.unlink()
+
+    code, out = _run(settings, capsys, "--full-refresh", "bronze.events")
+    assert code == 2
+    assert out[-1] == (
+        "lakehouse: error: full refresh refused: it would shrink "
+        f"bronze.events from {kept:,} rows to {kept - dropped:,}; the rows of bronze.events in "
+        f"bronze.quarantine from {bad:,} rows to {bad - bad_dropped:,} (its inputs hold fewer "
+        "rows than were loaded: files removed, records past retention?); nothing was switched, "
+        "the tables are as they were; to switch to fewer rows anyway, run it again with "
+        "--allow-shrink"
+    )
+    assert _rows(settings, "bronze.events") == before
+    assert not any((settings.root / "refresh").iterdir())
+
+    code, out = _run(settings, capsys, "--full-refresh", "bronze.events", "--allow-shrink")
+    assert code == 0, out
+    assert f"  bronze.events: switched to {kept - dropped:,} rebuilt rows; it had {kept:,}" in out
+    assert len(_rows(settings, "bronze.events")) == kept - dropped
+
+
+def test_allow_shrink_goes_with_a_full_refresh(settings, capsys):
+    code, out = _run(settings, capsys, "--layer", "bronze", "--allow-shrink")
+    assert (code, out) == (
+        2,
+        ["lakehouse: error: --allow-shrink goes with --full-refresh or --full-refresh-all"],
+    )

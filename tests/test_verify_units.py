@@ -60,7 +60,7 @@ def test_unknown_fields_and_numbers_sent_as_text_are_kept():
 
 def test_compare_reports_missing_unexpected_and_differing_rows():
     expected = pd.DataFrame({"k": [1, 2, 3, 4, 4], "v": [1.0, 2.0, 3.0, 4.0, 4.0]})
-    found = pd.DataFrame({"k": [1, 2, 3, 4, 5], "v": [1.0 + 1e-9, 2.5, 3.0, 4.0, 5.0]})
+    found = pd.DataFrame({"k": [1, 2, 3, 4, 5], "v": [1.0 + 1e-12, 2.5, 3.0, 4.0, 5.0]})
     check = compare("t", expected, found, ["k", "v"], ["k"])
     assert (check.expected, check.found) == (5, 5)
     assert check.missing == [(4, 4.0)]  # a second copy of key 4
@@ -136,3 +136,74 @@ def test_the_session_tables_compare_revenue_as_verify_does(tmp_path):
     assert check(ulp) == 0
     assert check(sessions.assign(revenue=[134.59, 0.0])) == 1
     assert check(sessions.iloc[:1]) == 1
+
+
+STATS_COLUMNS = [
+    "hour_start",
+    "hour_end",
+    "sessions",
+    "mean_duration_s",
+    "mean_events",
+    "purchasing_sessions",
+]
+
+
+def _stats(mean_duration: float) -> pd.DataFrame:
+    hour = pd.Timestamp("2026-01-05 21:00", tz="UTC")
+    return pd.DataFrame(
+        {
+            "hour_start": [hour],
+            "hour_end": [hour + pd.Timedelta(hours=1)],
+            "sessions": [16],
+            "mean_duration_s": [mean_duration],
+            "mean_events": [13.0],
+            "purchasing_sessions": [0],
+        }
+    )
+
+
+def test_doubles_a_few_ulps_apart_across_a_rounding_boundary_are_equal():
+    """The issue's false alarm on gold.session_stats_hourly: a mean merged batch by batch came
+    out a few ulps from the reference's, on the other side of a 6-decimal rounding boundary
+    (printed 1399.732937 and 1399.732938): verify must call them equal (1e-9 relative)."""
+    below, above = 1399.7329374999997, 1399.7329375000002  # 2 ulps apart
+    assert (round(below, 6), round(above, 6)) == (1399.732937, 1399.732938)
+    check = compare(
+        "gold.session_stats_hourly", _stats(below), _stats(above), STATS_COLUMNS, ["hour_start"]
+    )
+    assert (check.missing, check.unexpected, check.differing) == ([], [], [])
+    assert check.same
+
+
+def test_doubles_further_apart_than_the_tolerance_differ_and_other_types_are_exact():
+    hour = pd.Timestamp("2026-01-05 21:00", tz="UTC")
+    check = compare(
+        "gold.session_stats_hourly",
+        _stats(1399.732937),
+        _stats(1399.732937 * (1 + 1e-8)),
+        STATS_COLUMNS,
+        ["hour_start"],
+    )
+    assert [(want[3], have[3]) for want, have in check.differing] == [
+        (1399.732937, 1399.732937 * (1 + 1e-8))
+    ]
+    # an integer column is exact: 16 sessions against 17 differ whatever the doubles
+    check = compare(
+        "gold.session_stats_hourly",
+        _stats(1399.7329374999997),
+        _stats(1399.7329375000002).assign(sessions=[17]),
+        STATS_COLUMNS,
+        ["hour_start"],
+    )
+    assert len(check.differing) == 1 and check.differing[0][1][2] == 17
+    # near 0, a sum that cancels is 0 within the absolute tolerance
+    zero = pd.DataFrame({"hour_start": [hour], "v": [0.0]})
+    cancelled = pd.DataFrame({"hour_start": [hour], "v": [0.1 + 0.2 - 0.3]})
+    assert compare("t", zero, cancelled, ["hour_start", "v"], ["hour_start"]).same
+
+
+def test_rows_sharing_a_key_pair_with_their_close_counterparts():
+    """Two rows with one key: each pairs with the found row close to it, not the other one."""
+    expected = pd.DataFrame({"k": [1, 1], "v": [1.0, 2.0]})
+    found = pd.DataFrame({"k": [1, 1], "v": [2.0 + 4e-16, 1.0 + 2e-16]})
+    assert compare("t", expected, found, ["k", "v"], ["k"]).same
