@@ -10,12 +10,15 @@ import java.util.Properties;
  * class in {@code hive.server2.custom.authentication.class} (read from the system properties at
  * every login) and let everyone in, or point {@code lakehouse.sql.passwords} elsewhere. Installed
  * in place of the system properties ({@link ReadOnlyGuard#lockSystemProperties()}), this refuses
- * a change made from Hive's session code, which fails that connection with this message; the
- * server's own code changes them as before.
+ * a change made by that code (a frame of HiveSession*'s setVariable or configureSession on the
+ * stack), which fails that connection with this message; any other code changes them as
+ * before.
  */
 final class ClientProofProperties extends Properties {
   private static final long serialVersionUID = 1L;
   static final String CLIENT_SESSION = "org.apache.hive.service.cli.session.HiveSession";
+  static final java.util.Set<String> CLIENT_SETTINGS =
+      java.util.Set.of("setVariable", "configureSession");
   static final String REFUSED =
       "a JDBC client cannot set the server's Java system properties (set:system:...)";
 
@@ -28,7 +31,12 @@ final class ClientProofProperties extends Properties {
 
   static boolean fromClientSession() {
     return StackWalker.getInstance()
-        .walk(frames -> frames.anyMatch(f -> f.getClassName().startsWith(CLIENT_SESSION)));
+        .walk(
+            frames ->
+                frames.anyMatch(
+                    f ->
+                        f.getClassName().startsWith(CLIENT_SESSION)
+                            && CLIENT_SETTINGS.contains(f.getMethodName())));
   }
 
   private static void refuseClients() {

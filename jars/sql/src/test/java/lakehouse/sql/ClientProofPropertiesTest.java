@@ -25,7 +25,11 @@ class ClientProofPropertiesTest {
                 HiveSessionImplProbe.setVariable(
                     props, "hive.server2.custom.authentication.class", "x"));
     assertEquals(ClientProofProperties.REFUSED, refused.getMessage());
-    assertThrows(SecurityException.class, () -> HiveSessionImplProbe.remove(props, "k"));
+    assertThrows(
+        SecurityException.class, () -> HiveSessionImplProbe.configureSession(props, "k"));
+    // what Hive's session code does otherwise is not a client's setting
+    HiveSessionImplProbe.open(props, "hive.session.id", "s1");
+    assertEquals("s1", props.getProperty("hive.session.id"));
     assertEquals(
         "lakehouse.sql.PasswordFileAuthenticator",
         props.getProperty("hive.server2.custom.authentication.class"));

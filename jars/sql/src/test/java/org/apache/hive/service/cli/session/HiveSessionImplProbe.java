@@ -10,7 +10,11 @@ public final class HiveSessionImplProbe {
     system.setProperty(key, value);
   }
 
-  public static void remove(Properties system, String key) {
+  public static void configureSession(Properties system, String key) {
     system.remove(key);
+  }
+
+  public static void open(Properties system, String key, String value) {
+    system.setProperty(key, value);
   }
 }
