@@ -112,7 +112,8 @@ def serve_sql(settings: Settings) -> int:
         server = thrift.startWithSparkSession(spark._jsparkSession, False)
         url = f"jdbc:hive2://{settings.sql.host}:{settings.sql.port}/"
         print(
-            f"serving {len(lake.names())} tables and views of {settings.root} at {url}",
+            f"serving {len(lake.names())} tables and views of {settings.root} at {url} "
+            f"({len(lake.written)} registered now, the others found in the catalog)",
             flush=True,
         )
         print(f"  catalog: {catalog.describe(settings)}", flush=True)

@@ -51,6 +51,8 @@ class LakeCatalog:
         self.settings = settings
         self.tables: list[str] = []
         self.views: list[str] = []
+        # the catalog entries this object wrote (the others were there already)
+        self.written: list[str] = []
 
     def names(self) -> list[str]:
         return self.tables + self.views
@@ -68,22 +70,26 @@ class LakeCatalog:
         failed = []
         for name in new:
             try:
-                store.register(name)
+                if store.register(name):
+                    self.written.append(name)
             except Exception as exc:  # py4j's error around Spark's
                 failed.append(f"{name}: {str(exc).strip().splitlines()[0]}")
                 continue
             self.tables.append(name)
-        self.views = final_views(self.spark, self.tables)
+        self.views = final_views(self.spark, self.tables, self.written)
         if failed:
             raise SqlError(f"could not register {'; '.join(failed)}")
         return [name for name in new if name in self.tables]
 
 
-def final_views(spark: SparkSession, registered: Sequence[str]) -> list[str]:
+def final_views(
+    spark: SparkSession, registered: Sequence[str], written: list[str] | None = None
+) -> list[str]:
     """For each gold table with a complete-through column, the view ``<table>_final``: its
     rows before the table's mark in ops.completeness, those that will not change any more
     (none while the table has no mark, or no ops.completeness). The names of the views; a
-    view the catalog holds already with this query is left as it is."""
+    view the catalog holds already with this query is left as it is (those written now are
+    added to ``written``)."""
     from lakehouse.monitoring import COMPLETENESS_TABLE
     from lakehouse.runner import completeness_columns
     from lakehouse.storage.store import catalog_entry
@@ -107,6 +113,8 @@ def final_views(spark: SparkSession, registered: Sequence[str]) -> list[str]:
             text = entry.viewText() if entry is not None else None
             if text is None or not text.isDefined() or text.get().strip() != query:
                 spark.sql(f"CREATE OR REPLACE VIEW `{layer}`.`{name}_final` AS {query}")
+                if written is not None:
+                    written.append(f"{table}_final")
             views.append(f"{table}_final")
     return views
 

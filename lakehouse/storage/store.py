@@ -120,22 +120,27 @@ class TableStore:
             )
         return path
 
-    def register(self, name: str, force: bool = False) -> None:
+    def register(self, name: str, force: bool = False) -> bool:
         """Register table ``name`` in the session catalog as a Delta table at its location
         (once per store), unless the catalog has it there already: a persistent catalog (the
         JDBC server's, lakehouse.catalog) keeps it across processes. A name registered at
-        another location (another lake root) is replaced; ``force`` replaces it anyway."""
+        another location (another lake root) is replaced; ``force`` replaces it anyway.
+        Whether the catalog's entry was written now."""
         if name in self._registered and not force:
-            return
+            return False
         layer, table = split_table_name(name)
         path = self.path(name)
         if not self.spark.catalog.databaseExists(layer):  # (IF NOT EXISTS warns when it is)
             self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{layer}`")
-        if force or registered_location(self.spark, layer, table) != Path(os.path.normpath(path)):
+        written = force or registered_location(self.spark, layer, table) != Path(
+            os.path.normpath(path)
+        )
+        if written:
             location = str(path).replace("\\", "\\\\").replace("'", "\\'")
             self.spark.sql(f"DROP TABLE IF EXISTS `{layer}`.`{table}`")  # external: data stays
             self.spark.sql(f"CREATE TABLE `{layer}`.`{table}` USING delta LOCATION '{location}'")
         self._registered.add(name)
+        return written
 
     def register_again(self, name: str) -> None:
         """Register ``name`` anew (its table was rewritten: what the catalog and the session
