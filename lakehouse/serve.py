@@ -22,12 +22,14 @@ It binds to ``sql.host`` (127.0.0.1 by default) and ``sql.port`` and serves unti
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
 import time
 
 from lakehouse import catalog
+from lakehouse.jars import NativeJarsMissing, native_jars
 from lakehouse.settings import Settings, duration_seconds
 
 GUARD = "lakehouse.sql.ReadOnlyGuard"
@@ -42,7 +44,7 @@ def server_conf(settings: Settings) -> dict[str, str]:
         for name in settings.spark_conf.get("spark.sql.extensions", DELTA_EXTENSION).split(",")
         if name.strip() and name.strip() != GUARD
     ]
-    return {
+    conf = {
         # a session per JDBC connection (Spark's newSession(): the catalog is shared, what a
         # connection sets or creates for itself is not)
         "spark.sql.hive.thriftServer.singleSession": "false",
@@ -57,6 +59,18 @@ def server_conf(settings: Settings) -> dict[str, str]:
         "spark.hadoop.hive.server2.enable.doAs": "false",
         **catalog.hive_conf(settings),
     }
+    # The jars (delta-spark's, the guard's) on the driver's own classpath too, not only in
+    # spark.jars' class loader: the Thrift server opens a connection's session in a thread of
+    # its own, whose class loader is the JVM's, and there DeltaCatalog and the guard were not
+    # found ("Cannot find catalog plugin class for catalog 'spark_catalog'": no connection).
+    try:
+        jars = native_jars(settings)
+    except NativeJarsMissing:
+        jars = []  # serve_sql says what to build before it gets here
+    if jars:
+        before = settings.spark_conf.get("spark.driver.extraClassPath", "")
+        conf["spark.driver.extraClassPath"] = os.pathsep.join([*filter(None, [before]), *jars])
+    return conf
 
 
 def serve_sql(settings: Settings) -> int:
