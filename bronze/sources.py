@@ -6,7 +6,7 @@ is a JSON object with every required field present and well typed, else a row of
 fields whose value has the wrong JSON type, are kept as JSON in ``_rescued_data``, so nothing a
 producer sent is lost even when the row itself is kept.
 
-Schemas are explicit (ARCHITECTURE.md 5): nothing is inferred at run time.
+Schemas are explicit (docs/architecture.md 7): nothing is inferred at run time.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ used to be a 1-hour window aggregation chained after the processor in append mod
 session then waited for its hour to close (up to an hour after gold.sessions had it), and the
 aggregation held every session of the open hours in its state. Spark 4.2 also runs that chain
 in update mode, but each micro-batch then re-emits the whole list of every open hour's
-sessions (the README's Gold section has the measurements).
+sessions (bench/session_designs.py measures the three designs; figures in bench/RESULTS.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Flow declarations: what a streaming flow reads, how it transforms, where its rows go.
 
-A flow is declared once (ARCHITECTURE.md 3) and :mod:`lakehouse.runner` turns it into one
+A flow is declared once (docs/architecture.md 3) and :mod:`lakehouse.runner` turns it into one
 streaming query. Layer modules hold nothing but declarations and pure transforms.
 """
 

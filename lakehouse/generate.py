@@ -1,4 +1,4 @@
-"""Synthetic landing data for the three sources of the contract (ARCHITECTURE.md 5).
+"""Synthetic landing data for the three sources of the contract (docs/architecture.md 7).
 
 The records come from dbldatagen specs built on Spark; the faults (resent duplicates, disorder
 within the allowed lateness, events later than the watermark, malformed lines) are injected with a

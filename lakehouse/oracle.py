@@ -1,5 +1,5 @@
 """The gold tables computed in batch with pandas, straight from the data contract
-(ARCHITECTURE.md 5), sharing nothing with the streaming transforms: the reference the
+(docs/architecture.md 7), sharing nothing with the streaming transforms: the reference the
 streaming results are checked against.
 
 Each function takes the whole input table as a pandas DataFrame (timestamps as UTC-aware or

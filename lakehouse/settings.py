@@ -6,7 +6,7 @@ Every value is validated when the settings are loaded, so a typo fails at start-
 the allowed values, not an hour later inside a streaming query. A ``LAKEHOUSE_*`` variable whose
 first part names no setting at all may belong to something else: it is ignored with a warning.
 
-The lake layout under ``root`` is fixed (ARCHITECTURE.md 3): ``landing/<source>/``,
+The lake layout under ``root`` is fixed (docs/architecture.md 4): ``landing/<source>/``,
 ``tables/<layer>/<table>/`` and ``checkpoints/<layer>/<flow>/``. Layer code asks this module for
 paths; it never spells one.
 """

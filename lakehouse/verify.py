@@ -1,7 +1,7 @@
 """``lakehouse verify``: every table of the lake against an independent batch computation.
 
 The reference is computed with pandas straight from the landing files, the quality rules and the
-generator's manifest, following the data contract (ARCHITECTURE.md 5); it shares no code with
+generator's manifest, following the data contract (docs/architecture.md 7); it shares no code with
 the streaming transforms (gold uses :mod:`lakehouse.oracle`, written the same way):
 
 - bronze: every landing line parsed with Python's ``json``: a typed row, or a quarantine row
@@ -60,7 +60,7 @@ MANIFEST = "_manifest.json"
 EXAMPLES = 3  # rows shown per kind of difference
 TOLERANCE = 1e-6  # sums of doubles added in another order
 
-# The contract's fields per source (ARCHITECTURE.md 5): name -> JSON kind.
+# The contract's fields per source (docs/architecture.md 7): name -> JSON kind.
 FIELDS = {
     "events": {
         "event_id": "string",

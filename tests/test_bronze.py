@@ -226,8 +226,8 @@ def test_unknown_and_mistyped_fields_are_rescued_and_the_row_kept(spark, setting
 
 
 def test_odd_input_has_the_same_outcome_in_bronze_silver_and_verify(spark, settings, store):
-    """Each kind of odd line the README's data contract names, through bronze and silver, and
-    through verify's reference: both give the same rows."""
+    """Each kind of odd line the data contract names (docs/architecture.md, "Odd input"),
+    through bronze and silver, and through verify's reference: both give the same rows."""
     import base64
     import gzip
 

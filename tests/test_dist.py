@@ -166,11 +166,12 @@ def test_a_layer_submitted_from_the_package_runs_on_spark_submits_master(tmp_pat
     table = settings.root / "tables" / "silver" / "events"
     assert f"lakehouse: error: input table silver.events does not exist at {table}" in output
     assert [line for line in output.splitlines() if " INFO " in line] == []
-    (log,) = events.iterdir()
+    (log,) = events.iterdir()  # Spark 4.2's rolling event log: a folder of events_* files
+    lines = [
+        line for part in sorted(log.glob("events_*")) for line in part.read_text().splitlines()
+    ]
     environment = next(
-        e
-        for e in map(json.loads, log.read_text().splitlines())
-        if e["Event"] == "SparkListenerEnvironmentUpdate"
+        e for e in map(json.loads, lines) if e["Event"] == "SparkListenerEnvironmentUpdate"
     )
     properties = dict(environment["Spark Properties"])
     assert properties["spark.master"] == "local[1]"

@@ -1,4 +1,4 @@
-"""Correct whatever the micro-batch sizes (ARCHITECTURE.md 6, invariant 2): on a dataset with no
+"""Correct whatever the micro-batch sizes (docs/architecture.md 8, invariant 2): on a dataset with no
 late line, every admission per layer (everything at once, one file, a few files per micro-batch,
 for bronze, silver and gold), with gold stopped in the middle and restarted, ends with
 ``lakehouse verify`` reporting every table equal and no row dropped by a watermark in silver or

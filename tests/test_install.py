@@ -311,20 +311,24 @@ path = os.path.join(os.environ["AIRFLOW__CORE__DAGS_FOLDER"], "lakehouse_dags.py
 spec = importlib.util.spec_from_file_location("lakehouse_dags", path)
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-import lakehouse
 print(json.dumps({
-    "lakehouse": lakehouse.__file__,
     "dags": {d.dag_id: sorted(d.task_dict) for d in (module.pipeline, module.maintenance)},
-    "bronze": module.pipeline.get_task("bronze").bash_command,
+    "bronze": {
+        "application": module.pipeline.get_task("bronze").application,
+        "py_files": module.pipeline.get_task("bronze").py_files,
+        "jars": module.pipeline.get_task("bronze").jars,
+    },
+    "package": module.pipeline.get_task("package").bash_command,
 }))
 """
 
 
 @pytest.mark.e2e
 def test_the_dag_file_loads_in_the_image_environment(image):
-    """The DAG file imports airflow (its operators, airflow.sdk) besides lakehouse.settings and
-    lakehouse.jars: in the image it runs in Airflow's own virtual environment, importing the
-    project from $LAKEHOUSE_HOME, as here with .venv-airflow (`make airflow-setup`)."""
+    """The DAG file imports airflow (its operators, airflow.sdk) besides lakehouse's
+    standard-library modules: in the image it runs in Airflow's own virtual environment, where
+    the project is installed without its dependencies, as in .venv-airflow here (`make
+    airflow-setup`); its tasks name the folder the package task packs, not a checkout."""
     dag_file = PROJECT / "orchestration" / "dags" / "lakehouse_dags.py"
     assert re.search(r"^from airflow\.", dag_file.read_text(), re.M), "no longer needs airflow?"
     python = AIRFLOW_BIN / "python"
@@ -337,12 +341,21 @@ def test_the_dag_file_loads_in_the_image_environment(image):
     done = image.run(python, "-c", DAG_PROBE, timeout=300)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
-    assert Path(found["lakehouse"]).is_relative_to(image.workdir), found["lakehouse"]
     assert found["dags"] == {
-        "lakehouse_pipeline": ["bronze", "gold", "silver"],
+        "lakehouse_pipeline": ["bronze", "gold", "package", "silver"],
         "lakehouse_maintenance": ["maintain"],
     }
-    assert str(image.workdir / "jars" / "lib") in found["bronze"]
+    # spark-submit gets the folder the package task packs under the lake root, not the checkout
+    packed = image.cwd / "lakehouse-data" / "dist"
+    bronze = found["bronze"]
+    assert bronze["application"] == str(packed / "jobs" / "bronze.py")
+    assert bronze["py_files"] == str(packed / "lakehouse-code.zip")
+    jars = bronze["jars"].split(",")
+    assert jars and all(Path(jar).parent == packed / "jars" for jar in jars), jars
+    assert found["package"] == (
+        f"lakehouse cluster package --root {packed.parent} --profile local "
+        f"--output {packed / 'lakehouse-code.zip'}"
+    )
 
 
 @pytest.mark.e2e

@@ -7,10 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import Row
 from pyspark.sql import functions as F
@@ -20,7 +22,7 @@ from storage_helpers import KV, append_versions, rows
 from lakehouse import checkpoints
 from lakehouse.storage import SchemaMismatch, TableNotFound
 from lakehouse.storage import deltafiles as dfiles
-from lakehouse.storage.store import FAILPOINT_ENV
+from lakehouse.storage.store import FAILPOINT_ENV, BatchInterrupted, interruption
 
 PROJECT = Path(__file__).resolve().parents[1]
 TXN_CONFS = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion")
@@ -517,3 +519,28 @@ def test_upserts_of_two_flows_at_once_each_record_only_their_own_app(spark, stor
         assert table.transaction_version(f"app-{other}") is None
         expected = [(0, f"{name} 3"), (1, name), (2, name), (3, name)]
         assertDataFrameEqual(store.read(name), spark.createDataFrame(expected, KV))
+
+
+def test_a_micro_batch_cut_by_a_stop_reaches_spark_as_a_short_interruption(spark):
+    """A stop interrupts the JVM thread a foreachBatch function calls into: the function's
+    error goes back to Spark in the short form its own pattern (run here, in the JVM) takes for
+    a stop; any other error is left as it is."""
+    jvm = spark._jvm
+    jvm.java.lang.Thread.currentThread().interrupt()  # this Python thread's own JVM thread
+    with pytest.raises(Py4JJavaError) as cut:
+        jvm.java.lang.Thread.sleep(10_000)
+    message = interruption(cut.value)
+    assert message == (
+        "py4j.protocol.Py4JJavaError: An error occurred while calling "
+        "z:java.lang.Thread.sleep: java.lang.InterruptedException"
+    )
+    try:
+        raise BatchInterrupted(message) from None
+    except BatchInterrupted:
+        returned = traceback.format_exc()  # what py4j hands the JVM
+    assert len(returned) < 600
+    proxy_error = jvm.org.apache.spark.sql.execution.streaming.runtime.StreamExecution
+    assert proxy_error.PROXY_ERROR().findFirstIn(returned).isDefined()
+    with pytest.raises(Exception, match="timeout value is negative") as failed:
+        jvm.java.lang.Thread.sleep(-1)
+    assert interruption(failed.value) is None

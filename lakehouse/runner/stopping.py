@@ -108,13 +108,11 @@ def stop_caught_up(
     query: StreamingQuery, spark: SparkSession | None = None, ended_wait_s: float = 30.0
 ) -> None:
     """Stop a query that :class:`CaughtUp` found caught up. Such a query begins its next
-    no-data micro-batch at once, and the stop cuts it. Cut inside its foreachBatch function,
-    Spark's own check of the interruption overflows its stack on the long Python error and the
-    JVM prints the trace past any log level: the stop waits for the function to return
-    (:data:`BATCH_ENDED`, at most ``ended_wait_s``) and stops the query while it commits or
-    plans the next batch (repeated by the next run). With ``spark``, Spark's log is off while
-    it stops, or the interrupted file writes log warnings and errors with stack traces
-    although nothing failed."""
+    no-data micro-batch at once, and the stop cuts it. So that the next run need not repeat
+    it, the stop waits for its foreachBatch function to return (:data:`BATCH_ENDED`, at most
+    ``ended_wait_s``) and stops the query while it commits or plans the next batch. With
+    ``spark``, Spark's log is off while it stops, or the interrupted file writes log warnings
+    and errors with stack traces although nothing failed."""
     # (a query whose sink is not a foreachBatch function, Delta's own, has no Python in the
     # driver to cut, and reports no batch)
     ended = BATCH_ENDED[query.name] if query.name else None
@@ -167,9 +165,8 @@ def stop_between_batches(
     one (it takes seconds) is let finish too, for up to ``no_data_wait_s``. A query whose next
     micro-batch with data began meanwhile is stopped in that batch's first moments, which its
     restart repeats from the checkpoint (Spark has no way to stop a query between two
-    micro-batches that follow each other at once; cutting one inside its foreachBatch can
-    also make Spark's own check of the interruption overflow its stack on the long Python
-    error). Returns the flows it stopped; one that ended by itself meanwhile is not among
+    micro-batches that follow each other at once; one cut inside its foreachBatch function
+    ends with :class:`lakehouse.storage.store.BatchInterrupted`). Returns the flows it stopped; one that ended by itself meanwhile is not among
     them. The rest at once on a second signal."""
     running = {name: batch_id(query) for name, query in queries.items() if query.isActive}
     committed: dict[str, int] = {}  # the batch each was in when asked, once it committed

@@ -1,4 +1,4 @@
-"""Table storage: Delta tables through delta-spark (ARCHITECTURE.md 4).
+"""Table storage: Delta tables through delta-spark (docs/architecture.md 5).
 
 ``table_store(spark, settings)`` gives the lake's tables on a session. Tables are addressed as
 ``layer.table``; their locations and checkpoints come from the settings. Reading a table without

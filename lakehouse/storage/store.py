@@ -295,19 +295,25 @@ class TableStore:
         steps = _Batches(query_name or _query_name(checkpoint))
 
         def each(batch: DataFrame, batch_id: int) -> None:
-            if not app_ids:
-                app_ids.append(checkpoints.app_id(Path(checkpoint)))
-            clock = _Clock()
-            batch = _cacheable(batch).persist()
             try:
-                rows = batch.count()
-                clock.lap("compute")
-                if rows:
-                    write(batch, batch_id, rows, app_ids[0], clock)
-                    clock.lap("write")
-                steps.done(batch_id, clock.laps)
-            finally:
-                batch.unpersist()
+                if not app_ids:
+                    app_ids.append(checkpoints.app_id(Path(checkpoint)))
+                clock = _Clock()
+                batch = _cacheable(batch).persist()
+                try:
+                    rows = batch.count()
+                    clock.lap("compute")
+                    if rows:
+                        write(batch, batch_id, rows, app_ids[0], clock)
+                        clock.lap("write")
+                    steps.done(batch_id, clock.laps)
+                finally:
+                    batch.unpersist()
+            except Exception as exc:
+                cut = interruption(exc)
+                if cut is None:
+                    raise
+                raise BatchInterrupted(cut) from None
 
         return writer.foreachBatch(each).start()
 
@@ -675,6 +681,38 @@ class _Clock:
         now = time.perf_counter()
         self.laps[name] = self.laps.get(name, 0.0) + now - self._last
         self._last = now
+
+
+# what Spark takes for a stop when a foreachBatch function raises it (StreamExecution's
+# IO_EXCEPTION_NAMES)
+INTERRUPTIONS = (
+    "java.lang.InterruptedException",
+    "java.io.InterruptedIOException",
+    "java.nio.channels.ClosedByInterruptException",
+)
+
+
+class BatchInterrupted(RuntimeError):
+    """A micro-batch's foreachBatch function cut by a stop, in the short form Spark recognizes.
+    Spark matches the Python error of the function against a pattern that recurses once per
+    character (StreamExecution.PROXY_ERROR): on the whole traceback of a Java interruption,
+    its stack trace included, the stream thread overflows its stack and the JVM prints the
+    trace whatever the log level."""
+
+
+def interruption(exc: BaseException) -> str | None:
+    """The message of a :class:`BatchInterrupted` for an error a stop caused (a Java
+    interruption, or the stopped query's jobs cancelled), None for any other error."""
+    text = str(exc)
+    cut = next((name for name in INTERRUPTIONS if name in text), None)
+    if cut is None and "cancelled" in text and "job group" in text:
+        cut = INTERRUPTIONS[0]
+    if cut is None:
+        return None
+    call = (
+        text.split("\n", 1)[0].strip().rstrip(".").removeprefix("An error occurred while calling")
+    )
+    return f"py4j.protocol.Py4JJavaError: An error occurred while calling{call[:200]}: {cut}"
 
 
 FAILPOINT_ENV = "LAKEHOUSE_FAILPOINT"
