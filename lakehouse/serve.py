@@ -58,7 +58,16 @@ def server_conf(settings: Settings) -> dict[str, str]:
         # queries run as the server's user, whatever user name a client logs in with
         "spark.hadoop.hive.server2.enable.doAs": "false",
         **catalog.hive_conf(settings),
+        # The Thrift server's HiveConf: in the Hadoop configuration from the JVM's start, not
+        # only set on the session before the server starts: once the metastore client holds a
+        # Hive session (registering the tables), the server reuses that session's HiveConf,
+        # made before, and bound to port 10000 whatever sql.port said (and with no login)
+        "spark.hadoop.hive.server2.thrift.port": str(settings.sql.port),
+        "spark.hadoop.hive.server2.thrift.bind.host": settings.sql.host,
+        "spark.hadoop.hive.server2.authentication": "CUSTOM" if settings.sql.auth_file else "NONE",
     }
+    if settings.sql.auth_file:
+        conf["spark.hadoop.hive.server2.custom.authentication.class"] = AUTHENTICATOR
     # The jars (delta-spark's, the guard's) on the driver's own classpath too, not only in
     # spark.jars' class loader: the Thrift server opens a connection's session in a thread of
     # its own, whose class loader is the JVM's, and there DeltaCatalog and the guard were not

@@ -90,7 +90,8 @@ def beeline(url: str, *args: str, user: str | None = None, password_file: Path |
     for line in done.stdout.splitlines():
         # without a terminal, beeline's line editor redraws a prompt of "null" with carriage
         # returns in front of the first line it prints (none of our rows starts with null)
-        line = re.sub(r"^(null)+", "", line.split("\r")[-1])
+        # (and with -e, the prompt of the connection, "0: jdbc:hive2://host:port/> ")
+        line = re.sub(r"^(?:null)+|^\d+: jdbc:\S*> ", "", line.split("\r")[-1])
         if line.strip():
             rows.append(line)
     done.rows = rows

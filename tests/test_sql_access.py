@@ -166,6 +166,20 @@ def test_the_servers_spark_configuration(tmp_path):
         f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true"
     )
     assert conf["spark.sql.warehouse.dir"] == str(folder / "warehouse")
+    assert conf["spark.hadoop.hive.server2.thrift.port"] == "10000"
+    assert conf["spark.hadoop.hive.server2.thrift.bind.host"] == "127.0.0.1"
+    assert conf["spark.hadoop.hive.server2.authentication"] == "NONE"
+    login = server_conf(_settings(tmp_path, host="0.0.0.0", port=10001, auth_file="/run/users"))
+    assert login["spark.hadoop.hive.server2.thrift.port"] == "10001"
+    assert login["spark.hadoop.hive.server2.thrift.bind.host"] == "0.0.0.0"
+    assert login["spark.hadoop.hive.server2.authentication"] == "CUSTOM"
+    assert login["spark.hadoop.hive.server2.custom.authentication.class"] == (
+        "lakehouse.sql.PasswordFileAuthenticator"
+    )
+    # the jars on the JVM's own classpath: the Thrift server opens sessions in its threads
+    classpath = conf["spark.driver.extraClassPath"].split(os.pathsep)
+    assert str(sql_jar(settings)) in classpath
+    assert any(Path(jar).name.startswith("delta-spark_") for jar in classpath)
     # a metastore of the cluster's: the settings' spark_conf or hive-site.xml say where
     external = load_settings(
         "test",
