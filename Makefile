@@ -11,6 +11,9 @@ DURATIONS ?= --durations=10
 
 JARS_DIR := jars/lib
 JARS_STAMP := $(JARS_DIR)/.fetched
+# the JDBC server's read-only guard and login (Java, jars/sql), built into the jars folder
+SQL_JAR := $(JARS_DIR)/lakehouse-sql.jar
+SQL_SOURCES := jars/sql/pom.xml $(shell find jars/sql/src -type f 2>/dev/null)
 # Apache Kafka's broker (lakehouse kafka start), in a folder of its own: never on Spark's classpath
 KAFKA_JARS_DIR := jars/kafka-lib
 KAFKA_JARS_STAMP := $(KAFKA_JARS_DIR)/.fetched
@@ -58,9 +61,25 @@ $(JARS_STAMP): jars/pom.xml
 $(KAFKA_JARS_STAMP): jars/kafka/pom.xml
 	$(call fetch_jars,jars/kafka/pom.xml,$(KAFKA_JARS_DIR),the jars of the Kafka broker (lakehouse kafka start))
 
-jars: $(JARS_STAMP) $(KAFKA_JARS_STAMP)
+# lakehouse serve-sql's read-only guard and login: compiled (and its JUnit tests run) by Maven
+# against the Spark and Hive jars pyspark ships, which Maven Central has at the same versions
+# (`provided`: nothing more is copied), then put beside delta-spark's jars; again when its pom
+# or a source changes, or after the folder is fetched anew. About 8 s once Maven's cache holds
+# what it needs (the first time it downloads about 60 MB of them).
+$(SQL_JAR): $(JARS_STAMP) $(SQL_SOURCES)
+	@if ! command -v mvn >/dev/null 2>&1; then \
+	  echo "warning: mvn not found: lakehouse serve-sql's guard (jars/sql) cannot be built; install Maven (e.g. apt-get install maven) and run make setup again"; \
+	elif [ -d $(JARS_DIR) ]; then \
+	  echo "building lakehouse serve-sql's guard and login (jars/sql) with Maven into $(JARS_DIR)"; \
+	  if ! mvn -q -B -Dstyle.color=never -f jars/sql/pom.xml package > jars/sql.log 2>&1; then \
+	    cat jars/sql.log; echo "error: Maven could not build jars/sql (log: jars/sql.log)"; exit 1; \
+	  fi; \
+	  cp jars/sql/target/lakehouse-sql.jar $(SQL_JAR); \
+	fi
 
-setup: $(STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP)
+jars: $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR)
+
+setup: $(STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR)
 
 # Apache Airflow lives in its own virtual environment (its dependency tree is not ours), with
 # the Apache Spark provider, and the project without its dependencies: the DAG file imports only
@@ -126,5 +145,5 @@ bench-storage: setup check-java
 	$(BIN)/python bench/storage.py
 
 clean:
-	rm -rf $(ROOT) .airflow spark-warehouse metastore_db derby.log .pytest_cache
+	rm -rf $(ROOT) .airflow spark-warehouse metastore_db derby.log .pytest_cache jars/sql/target
 	# jars/lib stays: `rm -rf jars/lib` fetches the jars again at the next make setup

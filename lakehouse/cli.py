@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lakehouse import version
+from lakehouse import catalog, version
 from lakehouse.errors import LakehouseError
 from lakehouse.session import spark_session
 from lakehouse.settings import Settings, SettingsError, load_settings
@@ -273,17 +274,71 @@ def cmd_sql(args: argparse.Namespace) -> int:
             statement = Path(args.file).read_text()
         except OSError as exc:
             raise SqlError(f"cannot read --file {args.file}: {exc.strerror}") from None
-    with spark_session(settings, "lakehouse-sql") as spark:
+    with (
+        _sql_catalog(settings) as (conf, elsewhere),
+        spark_session(settings, "lakehouse-sql", conf) as spark,
+    ):
+        if conf:
+            catalog.prepare(spark, settings)
         if not register_tables(spark, settings):
             print(f"lakehouse: note: no tables under {settings.root / 'tables'}", file=sys.stderr)
         columns, rows, more = run_sql(spark, statement, args.max_rows)
     print_rows(columns, rows, args.format)
+    if elsewhere:
+        print(f"lakehouse: note: {elsewhere}", file=sys.stderr)
     if more:
         print(
             f"lakehouse: note: only the first {args.max_rows:,} rows (raise --max-rows)",
             file=sys.stderr,
         )
     return 0
+
+
+@contextlib.contextmanager
+def _sql_catalog(settings: Settings):
+    """The catalog of a ``lakehouse sql`` statement: (Spark configuration, why the lake's
+    metastore is not used or None). A session running already (the tests') is used as it is."""
+    from pyspark.sql import SparkSession
+
+    if SparkSession.getActiveSession() is not None:
+        yield {}, None
+        return
+    with catalog.for_statement(settings) as elsewhere:
+        yield ({} if elsewhere else catalog.hive_conf(settings)), elsewhere
+
+
+def cmd_sql_passwd(args: argparse.Namespace) -> int:
+    from lakehouse.sqlauth import ITERATIONS, SqlAccessError, set_user
+
+    settings = settings_from_args(args)
+    path = args.file or settings.sql.auth_file
+    if not path:
+        raise SqlAccessError("give the password file: --file FILE, or set sql.auth_file")
+    file = Path(path).expanduser()
+    password = None if args.delete else _new_password(args.user)
+    done = set_user(file, args.user, password, args.iterations or ITERATIONS)
+    where = {"added": "added to", "changed": "changed in", "removed": "removed from"}[done]
+    what = "the password of " if done == "changed" else "user "
+    print(f"{what}{args.user} {where} {file}")
+    return 0
+
+
+def _new_password(user: str) -> str:
+    """The password: asked twice on a terminal, else the first line of standard input (never an
+    argument: command lines are visible to every user of the machine)."""
+    import getpass
+
+    from lakehouse.sqlauth import SqlAccessError
+
+    if sys.stdin.isatty():
+        password = getpass.getpass(f"password of {user}: ")
+        if getpass.getpass("again: ") != password:
+            raise SqlAccessError("the two passwords differ")
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        raise SqlAccessError("a password must not be empty")
+    return password
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -642,8 +697,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve the lake's tables over JDBC/ODBC (Spark Thrift server) until stopped",
     )
     p.add_argument("--port", type=_non_negative_int, help="default: settings sql.port")
-    p.add_argument("--host", help="address to bind (default: settings sql.host, 127.0.0.1)")
+    p.add_argument(
+        "--host",
+        help="address to bind (default: settings sql.host, 127.0.0.1); beyond loopback the "
+        "server needs a login, settings sql.auth_file",
+    )
     p.set_defaults(func=cmd_serve_sql)
+    p = sub.add_parser(
+        "sql-passwd",
+        parents=[common],
+        help="add a user of the JDBC server to its password file, change their password, or "
+        "remove them (the password is asked for, or read from standard input)",
+    )
+    p.add_argument("user", help="the name the user logs in with")
+    p.add_argument("--file", help="the password file (default: settings sql.auth_file)")
+    p.add_argument("--delete", action="store_true", help="remove the user")
+    p.add_argument(
+        "--iterations",
+        type=_non_negative_int,
+        help="PBKDF2 rounds of the new hash (default 210,000; at least 1,000)",
+    )
+    p.set_defaults(func=cmd_sql_passwd)
     p = sub.add_parser(
         "cluster",
         parents=[common],

@@ -1,8 +1,10 @@
-"""Where the JVM jars the project needs (delta-spark, Spark's Kafka source) are, for sessions, spark-submit and clusters.
+"""Where the JVM jars the project needs (delta-spark, Spark's Kafka source, the JDBC server's
+guard) are, for sessions, spark-submit and clusters.
 
 ``make setup`` fetches them once with Maven from ``jars/pom.xml`` into ``jars/lib`` (delta-spark
-and Spark's Kafka connector, without what pyspark ships). Standard library only: the Airflow DAG
-file imports this module from an environment that has no pyspark.
+and Spark's Kafka connector, without what pyspark ships), and builds ``lakehouse-sql.jar`` there
+from ``jars/sql`` (Java: the read-only guard and the login of ``lakehouse serve-sql``). Standard
+library only: the Airflow DAG file imports this module from an environment that has no pyspark.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_JARS_DIR = PROJECT_DIR / "jars" / "lib"
 # a class only delta-spark has: its presence on a classpath means the jars are there
 DELTA_CLASS = "io.delta.tables.DeltaTable"
+# what jars/sql builds (mvn package), copied into the jars folder by make setup
+SQL_JAR = "lakehouse-sql.jar"
 
 
 class NativeJarsMissing(SettingsError):
@@ -46,6 +50,19 @@ def native_jars(settings: Settings) -> list[str]:
         "`make setup` (it fetches them with Maven; install it first, e.g. `apt-get install "
         "maven`), or let Spark fetch them itself with native.jars_packages"
     )
+
+
+def sql_jar(settings: Settings) -> Path:
+    """``lakehouse-sql.jar`` in the jars folder; NativeJarsMissing when it is not there (the JDBC
+    server does not start without its guard)."""
+    jar = jars_dir(settings).absolute() / SQL_JAR
+    if not jar.is_file():
+        raise NativeJarsMissing(
+            f"lakehouse serve-sql needs its read-only guard and login, {SQL_JAR}, in "
+            f"{jar.parent}: run `make setup` (it builds jars/sql with Maven), or copy it there "
+            "(mvn -f jars/sql/pom.xml package; jars/sql/target/lakehouse-sql.jar)"
+        )
+    return jar
 
 
 # Spark's logging for every JVM the project starts: warnings and errors only (sessions pass it

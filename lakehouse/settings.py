@@ -235,8 +235,21 @@ class KafkaSettings:
 
 @dataclass(frozen=True)
 class SqlSettings:
+    """``lakehouse serve-sql`` (the JDBC server) and ``lakehouse sql``."""
+
     host: str = "127.0.0.1"
     port: int = 10000
+    # the server's users and their password hashes (lakehouse sql-passwd writes it; a mounted
+    # secret in a container): required when host is not a loopback address; "" = no login
+    auth_file: str = ""
+    # where the catalog of tables and views lives: "embedded", a Derby database under
+    # catalog_dir, held by one process at a time; "external", the metastore spark_conf or a
+    # hive-site.xml name (a metastore database or service a cluster shares)
+    metastore: str = "embedded"
+    # the embedded catalog's folder (metastore_db/, warehouse/, derby.log); "" = <root>/catalog
+    catalog_dir: str = ""
+    # how often the server looks for tables written since it started
+    refresh_interval: str = "5 seconds"
 
 
 @dataclass(frozen=True)
@@ -543,6 +556,7 @@ _CHOICES = {
     "log_level": ("ERROR", "WARN", "INFO", "DEBUG"),
     "bronze.source": ("files", "kafka"),
     "kafka.starting_offsets": ("earliest", "latest"),
+    "sql.metastore": ("embedded", "external"),
 }
 _DURATIONS = {
     "trigger.interval",
@@ -555,6 +569,7 @@ _DURATIONS = {
     "watermarks.attribution",
     "gold.state_ttl",
     "scheduler.retry_delay",
+    "sql.refresh_interval",
 }
 _MAY_BE_EMPTY = {"trigger.bronze_interval", "trigger.silver_interval", "trigger.gold_interval"}
 _POSITIVE = {

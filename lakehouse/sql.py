@@ -2,8 +2,10 @@
 each gold table a view ``layer.table_final`` of its final rows (see :func:`final_views`).
 
 ``lakehouse sql "SELECT ..."`` runs one statement and prints its result as a table, CSV or
-JSON lines; the Thrift JDBC/ODBC server registers the same tables. Each layer is a database of
-the session catalog and each table an external Delta table over its folder.
+JSON lines; the Thrift JDBC/ODBC server serves the same tables. Each layer is a database of
+the catalog (lakehouse.catalog: the lake's metastore, which both share) and each table an
+external Delta table over its folder. A table or view registered already, as it should be, is
+left alone: registering the lake in a catalog that has it costs a lookup per table.
 """
 
 from __future__ import annotations
@@ -33,23 +35,64 @@ class SqlError(LakehouseError, ValueError):
 
 
 def register_tables(spark: SparkSession, settings: Settings) -> list[str]:
-    """Register every table of the lake as ``layer.table``; the names registered."""
-    from lakehouse.storage import table_store
-
-    store = table_store(spark, settings)
-    names = []
-    for name, _path in lake_tables(settings):
-        store.register(name)
-        names.append(name)
-    return names + final_views(spark, names)
+    """Register every table of the lake as ``layer.table``, and the final views; their names."""
+    lake = LakeCatalog(spark, settings)
+    lake.refresh()
+    return lake.names()
 
 
-def final_views(spark: SparkSession, registered: Sequence[str]) -> list[str]:
+class LakeCatalog:
+    """The lake's tables and final views in a session's catalog, brought up to date with what
+    the lake holds by :meth:`refresh` (the JDBC server calls it every ``sql.refresh_interval``:
+    a table a flow creates is served without a restart)."""
+
+    def __init__(self, spark: SparkSession, settings: Settings):
+        self.spark = spark
+        self.settings = settings
+        self.tables: list[str] = []
+        self.views: list[str] = []
+        # the catalog entries this object wrote (the others were there already)
+        self.written: list[str] = []
+
+    def names(self) -> list[str]:
+        return self.tables + self.views
+
+    def refresh(self) -> list[str]:
+        """Register the tables of the lake not registered yet by this object (and the final
+        views, when there are new tables); the tables registered now. A table that cannot be
+        registered yet (its first commit being written) is tried again at the next refresh."""
+        from lakehouse.storage import table_store
+
+        new = [name for name, _path in lake_tables(self.settings) if name not in self.tables]
+        if not new:
+            return []
+        store = table_store(self.spark, self.settings)
+        failed = []
+        for name in new:
+            try:
+                if store.register(name):
+                    self.written.append(name)
+            except Exception as exc:  # py4j's error around Spark's
+                failed.append(f"{name}: {str(exc).strip().splitlines()[0]}")
+                continue
+            self.tables.append(name)
+        self.views = final_views(self.spark, self.tables, self.written)
+        if failed:
+            raise SqlError(f"could not register {'; '.join(failed)}")
+        return [name for name in new if name in self.tables]
+
+
+def final_views(
+    spark: SparkSession, registered: Sequence[str], written: list[str] | None = None
+) -> list[str]:
     """For each gold table with a complete-through column, the view ``<table>_final``: its
     rows before the table's mark in ops.completeness, those that will not change any more
-    (none while the table has no mark). The names created."""
+    (none while the table has no mark, or no ops.completeness). The names of the views; a
+    view the catalog holds already with this query is left as it is (those written now are
+    added to ``written``)."""
     from lakehouse.monitoring import COMPLETENESS_TABLE
     from lakehouse.runner import completeness_columns
+    from lakehouse.storage.store import catalog_entry
 
     views = []
     for outputs in completeness_columns().values():
@@ -65,10 +108,13 @@ def final_views(spark: SparkSession, registered: Sequence[str]) -> list[str]:
                 where = f"`{column}` < {mark}"
             else:
                 where = "false"
-            spark.sql(
-                f"CREATE OR REPLACE VIEW `{layer}`.`{name}_final` AS "
-                f"SELECT * FROM `{layer}`.`{name}` WHERE {where}"
-            )
+            query = f"SELECT * FROM `{layer}`.`{name}` WHERE {where}"
+            entry = catalog_entry(spark, layer, f"{name}_final")
+            text = entry.viewText() if entry is not None else None
+            if text is None or not text.isDefined() or text.get().strip() != query:
+                spark.sql(f"CREATE OR REPLACE VIEW `{layer}`.`{name}_final` AS {query}")
+                if written is not None:
+                    written.append(f"{table}_final")
             views.append(f"{table}_final")
     return views
 

@@ -23,6 +23,7 @@ from dockerfile_helpers import final_stage, image_env, image_user, workdir
 from lakehouse import settings as settings_module
 from lakehouse.cli import build_parser
 from lakehouse.settings import ENV_PREFIX, PROJECT_VARIABLES, Settings, load_settings
+from lakehouse.sqlauth import is_loopback
 
 PROJECT = Path(__file__).resolve().parents[1]
 DOCKER = PROJECT / "docker"
@@ -134,6 +135,10 @@ def test_the_dockerfile_ships_what_the_image_runs():
     assert "COPY jars/pom.xml ./jars/pom.xml" in text
     assert "-f jars/pom.xml dependency:copy-dependencies" in text
     assert "COPY --from=jars /build/jars/lib ./jars/lib" in text
+    # with the JDBC server's guard and login, built from jars/sql as make setup builds it
+    assert "COPY jars/sql ./jars/sql" in text
+    assert "-f jars/sql/pom.xml package" in text
+    assert "cp jars/sql/target/lakehouse-sql.jar jars/lib/lakehouse-sql.jar" in text
     assert "ENV LAKEHOUSE_NATIVE__JARS_DIR=/opt/lakehouse/jars/lib" in text
     # the Airflow the image installs is the one the Makefile installs and the tests use, with
     # the same Apache Spark provider, and the project (without its dependencies) for the DAGs
@@ -188,6 +193,22 @@ def test_every_lakehouse_variable_of_the_image_is_a_setting_or_ignored_with_a_wa
     relative = Path(config).relative_to(workdir())
     assert copies.get(relative.parts[0]) == f"./{relative.parts[0]}", f"the image lacks {config}"
     assert (PROJECT / relative).is_file(), config
+
+
+def test_the_jdbc_server_checks_logins_against_a_mounted_secret(compose):
+    """The sql service binds beyond loopback: its settings name a password file, the secret
+    sql_users mounted where they say (a file of the project's folder docker/, which git
+    ignores), and it runs as the image's user."""
+    sql = compose["services"]["sql"]
+    command = sql["command"]
+    assert not is_loopback(command[command.index("--host") + 1])
+    env = {**image_env(), **{k: str(v) for k, v in sql["environment"].items()}}
+    settings = load_settings(config_path=PROJECT / "conf" / "lakehouse.toml", env=env)
+    assert settings.sql.auth_file == "/run/secrets/sql_users"
+    assert sql["secrets"] == ["sql_users"]
+    assert compose["secrets"]["sql_users"] == {"file": "./sql_users"}
+    assert "docker/sql_users" in (PROJECT / ".gitignore").read_text().splitlines()
+    assert "user" not in sql
 
 
 def test_the_image_does_not_run_as_root(compose):

@@ -1,66 +1,20 @@
 """``lakehouse sql``: the lake's tables under their layer.table names, and the example BI
-queries of queries/*.sql on crafted gold tables with known answers."""
+queries of queries/*.sql on crafted gold tables with known answers (the JDBC server's tests,
+with beeline: tests/test_sql_server.py)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import re
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
+from sql_helpers import QUERIES, write_gold
 
-from gold.ads import SCHEMA as ADS_SCHEMA
-from gold.sessions import SCHEMA as SESSIONS_SCHEMA
 from lakehouse.cli import main
-from lakehouse.monitoring import COMPLETENESS_SCHEMA, COMPLETENESS_TABLE
-from lakehouse.storage.deltafiles import append_rows
-
-QUERIES = Path(__file__).resolve().parents[1] / "queries"
-UTC = dt.UTC
-
-
-def _at(hour, minute=0):
-    return dt.datetime(2026, 1, 5, hour, minute, tzinfo=UTC)
 
 
 @pytest.fixture
 def gold(spark, store, settings):
-    ads = [  # (ad, hour, impressions, clicks)
-        (1, 10, 10, 2),
-        (2, 10, 4, 1),
-        (3, 10, 5, 0),
-        (4, 10, 1, 1),  # one impression: left out of the ranking
-        (5, 10, 8, 2),  # ties ad 2 at 0.25: the lower ad id ranks first
-        (1, 11, 3, 1),
-    ]
-    store.write(
-        spark.createDataFrame(
-            [(a, _at(h), _at(h + 1), i, c, c / i) for a, h, i, c in ads], ADS_SCHEMA
-        ),
-        "gold.ad_performance_hourly",
-    )
-    sessions = [
-        (1, _at(10, 5), _at(10, 35), 2, 1, 12.5),
-        (2, _at(10, 40), _at(10, 55), 1, 0, 0.0),
-        (1, _at(11, 10), _at(11, 40), 3, 0, 0.0),
-    ]
-    store.write(spark.createDataFrame(sessions, SESSIONS_SCHEMA), "gold.sessions")
-    # the ad hours before 11:30 and the sessions before 11:00 are final
-    marks = [("gold.ad_performance_hourly", "hour_end", _at(11, 30))]
-    marks += [("gold.sessions", "session_end", _at(11))]
-    append_rows(
-        str(settings.table_path(COMPLETENESS_TABLE)),
-        COMPLETENESS_SCHEMA,
-        [
-            {"table": t, "flow": t, "complete_through": at, "column": c, "batch_id": 3}
-            for t, c, at in marks
-        ],
-    )
+    write_gold(spark, store, settings)
 
 
 def _sql(settings, capsys, *args):
@@ -136,70 +90,53 @@ def test_a_bad_statement_gets_one_line_and_exit_code_2(gold, settings, capsys):
     assert (code, err) == (2, "lakehouse: error: give a statement or --file, one of the two\n")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def test_registering_a_registered_lake_writes_nothing(gold, spark, settings, tmp_path):
+    """What the JDBC server's restart and lakehouse sql on the persistent catalog do: a lookup
+    per table and view, no table or view written again; the same names in another lake are
+    registered anew, at its location."""
+    from lakehouse.sql import LakeCatalog
+    from lakehouse.storage import table_store
+    from lakehouse.storage.store import registered_location
+
+    tables = ["gold.ad_performance_hourly", "gold.sessions", "ops.completeness"]
+    LakeCatalog(spark, settings).refresh()
+    again = LakeCatalog(spark, settings)
+    assert again.refresh() == tables
+    assert again.written == []
+    assert sorted(again.views) == ["gold.ad_performance_hourly_final", "gold.sessions_final"]
+    other = settings.with_overrides({"root": str(tmp_path / "other")})
+    write_gold(spark, table_store(spark, other), other)
+    moved = LakeCatalog(spark, other)
+    assert moved.refresh() == tables
+    assert moved.written == tables  # the views name the tables: they stay as they are
+    assert registered_location(spark, "gold", "sessions") == other.table_path("gold.sessions")
+    assert spark.sql("SELECT count(*) FROM gold.sessions_final").first()[0] == 2
 
 
-def _beeline(url: str, query_file: Path) -> list[str]:
-    from pyspark.find_spark_home import _find_spark_home
+def test_the_final_views_follow_the_completeness_table(spark, store, settings):
+    """A refresh registers only the tables written since the last one, and writes a final
+    view again when its query changes: no rows are final before ops.completeness exists."""
+    from sql_helpers import at
 
-    beeline = Path(_find_spark_home()) / "bin" / "beeline"
-    done = subprocess.run(
-        [str(beeline), "-u", url, "--silent=true", "--outputformat=csv2", "-f", str(query_file)],
-        capture_output=True,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    rows = []
-    for line in done.stdout.splitlines():
-        # without a terminal, beeline's line editor redraws a prompt of "null" with carriage
-        # returns in front of the first line it prints (none of our rows starts with null)
-        line = re.sub(r"^(null)+", "", line.split("\r")[-1])
-        if line.strip():
-            rows.append(line)
-    return rows
+    from gold.sessions import SCHEMA as SESSIONS_SCHEMA
+    from lakehouse.monitoring import COMPLETENESS_SCHEMA, COMPLETENESS_TABLE
+    from lakehouse.sql import LakeCatalog
+    from lakehouse.storage.deltafiles import append_rows
 
-
-@pytest.mark.e2e
-def test_serve_sql_answers_beeline_over_jdbc(gold, settings, tmp_path):
-    """``lakehouse serve-sql`` in its own process; beeline (shipped with pyspark) connects
-    over JDBC and runs the example BI queries on the crafted gold tables."""
-    port = _free_port()
-    log = (tmp_path / "server.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "lakehouse.cli", "serve-sql", "--root", str(settings.root),
-         "--profile", "test", "--port", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    sessions = [(1, at(10, 5), at(10, 35), 2, 1, 12.5), (2, at(11, 5), at(11, 35), 1, 0, 0.0)]
+    store.write(spark.createDataFrame(sessions, SESSIONS_SCHEMA), "gold.sessions")
+    lake = LakeCatalog(spark, settings)
+    assert lake.refresh() == ["gold.sessions"]
+    assert lake.views == ["gold.sessions_final"]
+    assert spark.sql("SELECT count(*) FROM gold.sessions_final").first()[0] == 0
+    assert lake.refresh() == []  # nothing new: no lookup at all
+    append_rows(
+        str(settings.table_path(COMPLETENESS_TABLE)),
+        COMPLETENESS_SCHEMA,
+        [{"table": "gold.sessions", "flow": "gold.sessions", "complete_through": at(11),
+          "column": "session_end", "batch_id": 1}],
     )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 180
-        while True:  # until the server accepts connections
-            assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert time.monotonic() < deadline, "the server did not listen within 3 minutes"
-            time.sleep(1)
-        url = f"jdbc:hive2://127.0.0.1:{port}/"
-        assert _beeline(url, QUERIES / "top_ads_by_ctr_per_hour.sql") == [
-            "hour_start,ad_id,impressions,clicks,ctr,rank",
-            "2026-01-05 10:00:00.0,2,4,1,0.25,1",
-            "2026-01-05 10:00:00.0,5,8,2,0.25,2",
-            "2026-01-05 10:00:00.0,1,10,2,0.2,3",
-        ]
-        assert _beeline(url, QUERIES / "sessions_per_hour.sql") == [
-            "hour_start,sessions,mean_minutes,buying_share,revenue,final",
-            "2026-01-05 10:00:00.0,2,22.5,0.5,12.5,true",
-            "2026-01-05 11:00:00.0,1,30.0,0.0,0.0,false",
-        ]
-    finally:
-        server.terminate()
-        assert server.wait(timeout=60) == 0
-        log.close()
-    # 3 tables, and the views of the two gold tables' final rows
-    assert "serving 5 tables and views" in (tmp_path / "server.log").read_text()
+    lake.written.clear()
+    assert lake.refresh() == ["ops.completeness"]
+    assert lake.written == ["ops.completeness", "gold.sessions_final"]
+    assert spark.sql("SELECT count(*) FROM gold.sessions_final").first()[0] == 1

@@ -120,23 +120,32 @@ class TableStore:
             )
         return path
 
-    def register(self, name: str) -> None:
+    def register(self, name: str, force: bool = False) -> bool:
         """Register table ``name`` in the session catalog as a Delta table at its location
-        (once per store). A name registered before at another lake root is replaced: the
-        catalog lives as long as the session, the lake root comes with the settings."""
-        if name in self._registered:
-            return
+        (once per store), unless the catalog has it there already: a persistent catalog (the
+        JDBC server's, lakehouse.catalog) keeps it across processes. A name registered at
+        another location (another lake root) is replaced; ``force`` replaces it anyway.
+        Whether the catalog's entry was written now."""
+        if name in self._registered and not force:
+            return False
         layer, table = split_table_name(name)
-        location = str(self.path(name)).replace("\\", "\\\\").replace("'", "\\'")
+        path = self.path(name)
         if not self.spark.catalog.databaseExists(layer):  # (IF NOT EXISTS warns when it is)
             self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{layer}`")
-        self.spark.sql(f"DROP TABLE IF EXISTS `{layer}`.`{table}`")  # external: data stays
-        self.spark.sql(f"CREATE TABLE `{layer}`.`{table}` USING delta LOCATION '{location}'")
+        written = force or registered_location(self.spark, layer, table) != Path(
+            os.path.normpath(path)
+        )
+        if written:
+            location = str(path).replace("\\", "\\\\").replace("'", "\\'")
+            self.spark.sql(f"DROP TABLE IF EXISTS `{layer}`.`{table}`")  # external: data stays
+            self.spark.sql(f"CREATE TABLE `{layer}`.`{table}` USING delta LOCATION '{location}'")
         self._registered.add(name)
+        return written
 
     def register_again(self, name: str) -> None:
-        self._registered.discard(name)
-        self.register(name)
+        """Register ``name`` anew (its table was rewritten: what the catalog and the session
+        kept of it goes)."""
+        self.register(name, force=True)
 
     # -- reading --
     def read(self, name: str, columns: Sequence[str] | None = None) -> DataFrame:
@@ -727,6 +736,23 @@ def delta_available(spark: SparkSession) -> bool:
         return True
     except Exception:
         return False
+
+
+def catalog_entry(spark: SparkSession, layer: str, name: str):
+    """The catalog's entry (a JVM CatalogTable) of ``layer.name``, a table or a view; None when
+    there is none. One lookup in the session's catalog, however large the table."""
+    catalog = spark._jsparkSession.sessionState().catalog().externalCatalog()
+    if not catalog.databaseExists(layer) or not catalog.tableExists(layer, name):
+        return None
+    return catalog.getTable(layer, name)
+
+
+def registered_location(spark: SparkSession, layer: str, name: str) -> Path | None:
+    """Where the catalog says table ``layer.name`` is (None: not registered, or no location)."""
+    entry = catalog_entry(spark, layer, name)
+    if entry is None or not entry.storage().locationUri().isDefined():
+        return None
+    return Path(os.path.normpath(entry.storage().locationUri().get().getPath()))
 
 
 def table_store(spark: SparkSession, settings: Settings) -> TableStore:
