@@ -4,4 +4,5 @@ import sys
 
 from lakehouse.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # (not on import: tests import every module)
+    sys.exit(main())

@@ -1038,7 +1038,7 @@ def print_checks(checks: list[Check], out: TextIO) -> None:
     ]
     for line in aligned(header, rows, right={1, 2, 3, 4, 5}):
         print(line, file=out)
-    print(TOLERANCE_NOTE, file=out)
+    print(f"  {TOLERANCE_NOTE}", file=out)  # (indented: a note, not a table's line)
     for c in checks:
         for line in c.books:
             print(f"  {c.table} books: {line}", file=out)
