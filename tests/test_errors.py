@@ -12,8 +12,13 @@ from lakehouse.cli import main
 from lakehouse.errors import LakehouseError
 
 PACKAGES = ("lakehouse", "bronze", "silver", "gold")
-# exceptions that never reach a user: control flow inside the runner, a test's failpoint
-INTERNAL = {"lakehouse.runner.errors.RunStopped", "lakehouse.storage.store.Failpoint"}
+# exceptions that never reach a user: control flow inside the runner, a test's failpoint, the
+# form of a stop Spark recognizes in a foreachBatch function
+INTERNAL = {
+    "lakehouse.runner.errors.RunStopped",
+    "lakehouse.storage.store.Failpoint",
+    "lakehouse.storage.store.BatchInterrupted",
+}
 
 
 def _defined_exceptions() -> dict[str, type[BaseException]]:
