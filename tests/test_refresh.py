@@ -136,17 +136,24 @@ def test_a_shared_table_keeps_the_other_flows_rows_and_downstream_is_named(
     assert downstream(flows_writing(["gold.sessions"])) == []
 
 
-def test_a_switch_cut_short_is_finished_by_the_next_run(spark, lake, capsys, monkeypatch):
-    """gold.sessions_custom writes two tables: killed after switching the first, the refresh
-    leaves its staging and marker; the flow's next run finishes the switch before it starts."""
-    settings = lake
+def _refresh_cut_before_its_second_switch(spark, settings, capsys, monkeypatch):
+    """A refresh of gold.sessions_custom killed (by a failpoint) after switching its first
+    table: the two tables' rows before it, and the marker it left."""
     before = {t: _rows(settings, t) for t in ("gold.sessions_custom", "gold.session_stats_hourly")}
     monkeypatch.setenv(FAILPOINT_ENV, "before-switch:gold.session_stats_hourly")
     with pytest.raises(Exception, match="failpoint before-switch:gold.session_stats_hourly"):
         refresh(spark, settings, flows_writing(["gold.sessions_custom"]), out=io.StringIO())
     monkeypatch.delenv(FAILPOINT_ENV)
     capsys.readouterr()
-    (pending,) = (settings.root / "refresh").glob("*/refresh.json")
+    (marker,) = (settings.root / "refresh").glob("*/refresh.json")
+    return before, marker
+
+
+def test_a_switch_cut_short_is_finished_by_the_next_run(spark, lake, capsys, monkeypatch):
+    """gold.sessions_custom writes two tables: killed after switching the first, the refresh
+    leaves its staging and marker; the flow's next run finishes the switch before it starts."""
+    settings = lake
+    before, pending = _refresh_cut_before_its_second_switch(spark, settings, capsys, monkeypatch)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):  # (what the flow's start prints of the switch)
         run_flows(spark, settings, [_gold("gold.sessions_custom")], out=io.StringIO())
@@ -162,13 +169,7 @@ def test_a_damaged_marker_fails_every_run_with_one_line_and_its_way_out(
     run, of any layer, fails with one line naming the file and the way out; followed, the
     lake is what it was. The marker a refresh writes leaves no temporary file beside it."""
     settings = lake
-    before = {t: _rows(settings, t) for t in ("gold.sessions_custom", "gold.session_stats_hourly")}
-    monkeypatch.setenv(FAILPOINT_ENV, "before-switch:gold.session_stats_hourly")
-    with pytest.raises(Exception, match="failpoint before-switch:gold.session_stats_hourly"):
-        refresh(spark, settings, flows_writing(["gold.sessions_custom"]), out=io.StringIO())
-    monkeypatch.delenv(FAILPOINT_ENV)
-    capsys.readouterr()
-    (marker,) = (settings.root / "refresh").glob("*/refresh.json")
+    before, marker = _refresh_cut_before_its_second_switch(spark, settings, capsys, monkeypatch)
     base = marker.parent
     assert [p.name for p in base.iterdir() if p.is_file()] == ["refresh.json"]
     way_out = (
