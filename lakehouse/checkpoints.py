@@ -137,6 +137,34 @@ def late_watermark_ms(checkpoint: Path, batch: int) -> int:
     return int(_json(before, 1).get("batchWatermarkMs") or 0)
 
 
+# the versions the checkpoint's Delta inputs started at ({table: version or null}), decided at
+# its first start (lakehouse.runner.queries.input_starts)
+STARTS = "lakehouse-starts.json"
+
+
+def input_starts(checkpoint: Path) -> dict[str, int | None] | None:
+    """The starting versions recorded for the checkpoint's Delta inputs; None when none are
+    (a checkpoint made before they were, or not started yet)."""
+    try:
+        return json.loads((Path(checkpoint) / STARTS).read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        raise CheckpointError(
+            f"the checkpoint {checkpoint} is broken: {STARTS} is not JSON; rebuild the flow's "
+            "tables on a new checkpoint with `lakehouse run --full-refresh <one of its tables>`"
+        ) from None
+
+
+def record_input_starts(checkpoint: Path, starts: dict[str, int | None]) -> None:
+    """Keep ``starts`` in the checkpoint (written whole, then renamed into place)."""
+    checkpoint = Path(checkpoint)
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    partial = checkpoint / f".{STARTS}.partial"
+    partial.write_text(json.dumps(starts, sort_keys=True))
+    partial.replace(checkpoint / STARTS)
+
+
 def copy_with_batch_pending(checkpoint: Path, batch: int, target: Path) -> None:
     """Copy ``checkpoint`` to ``target`` and drop the copy's log from ``batch`` on: its offsets
     after ``batch`` and its commits from ``batch`` on. A query started on the copy then runs

@@ -438,9 +438,12 @@ def test_update_mode_merge_skips_a_replayed_batch_and_unsets_its_confs(spark, st
     )
 
 
-def test_tables_are_in_the_catalog_with_history_and_time_travel(spark, store):
+def test_a_registered_table_is_in_the_catalog_with_history_and_time_travel(spark, store):
     schema = spark.createDataFrame([], KV).schema
     assert store.create("gold.hist", schema)
+    # the tests' in-memory catalog dies with the process: a table is registered when asked
+    assert not spark.catalog.tableExists("gold.hist")
+    assert store.register("gold.hist")
     store.write(spark.createDataFrame(rows(0, 2), KV), "gold.hist")
     store.write(spark.createDataFrame(rows(2, 3), KV), "gold.hist")
     assertDataFrameEqual(spark.table("gold.hist"), spark.createDataFrame(rows(0, 3), KV))
@@ -544,3 +547,48 @@ def test_a_micro_batch_cut_by_a_stop_reaches_spark_as_a_short_interruption(spark
     with pytest.raises(Exception, match="timeout value is negative") as failed:
         jvm.java.lang.Thread.sleep(-1)
     assert interruption(failed.value) is None
+
+
+def test_a_new_query_reads_an_appended_table_commit_by_commit_and_keeps_that_choice(
+    spark, store, tmp_path
+):
+    """A table whose log is appends since version 0 is read from version 0 by a new
+    checkpoint (no snapshot to rebuild at each restart), with the same rows; the choice is
+    kept in the checkpoint, and a table whose files were ever removed is read from its
+    snapshot."""
+    from lakehouse.flows import Flow, Output, TableInput
+    from lakehouse.runner.queries import input_starts
+
+    append_versions(store, "bronze.app", [rows(0, 2), rows(2, 3), rows(3, 5)])
+    flow = Flow(
+        name="silver.app",
+        inputs=(TableInput("bronze.app"),),
+        transform=lambda df: df,
+        outputs=(Output("silver.app"),),
+    )
+    checkpoint = tmp_path / "checkpoint"
+    assert dfiles.appends_only(store.path("bronze.app"))
+    assert input_starts(store, flow, checkpoint) == {"bronze.app": 0}
+    query = store.write_stream(
+        store.read_stream("bronze.app", max_files_per_trigger=1, starting_version=0),
+        "silver.app",
+        checkpoint,
+        trigger={"availableNow": True},
+    )
+    query.awaitTermination()
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [2, 1, 2]
+    assertDataFrameEqual(store.read("silver.app"), spark.createDataFrame(rows(0, 5), KV))
+
+    store.write(spark.createDataFrame(rows(7, 8), KV), "bronze.app", mode="overwrite")
+    assert not dfiles.appends_only(store.path("bronze.app"))
+    assert input_starts(store, flow, checkpoint) == {"bronze.app": 0}  # as its batches were
+    assert input_starts(store, flow, tmp_path / "new") == {"bronze.app": None}
+    # a checkpoint that started before the choice was recorded goes on from the snapshot
+    (checkpoint / checkpoints.STARTS).unlink()
+    assert input_starts(store, flow, checkpoint) == {}
+    # a log whose first commits were cleaned up is not read from version 0
+    copy = tmp_path / "copy"
+    append_versions(store, "bronze.app2", [rows(0, 1), rows(1, 2)])
+    shutil.copytree(store.path("bronze.app2"), copy)
+    (copy / "_delta_log" / f"{0:020d}.json").unlink()
+    assert not dfiles.appends_only(copy)

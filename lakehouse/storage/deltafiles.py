@@ -103,6 +103,26 @@ def latest_version(root: str | Path) -> int:
     return max(versions)
 
 
+def appends_only(root: str | Path) -> bool:
+    """Whether the table's log still holds every commit since version 0 and each only added
+    data: no file removed (an overwrite, a compaction, a delete), no schema or protocol change
+    after the first. Its commits, read in order, are then its rows, in the order they came."""
+    d = log_dir(root)
+    names = sorted(n for n in os.listdir(d) if len(n) == 25 and n.endswith(".json"))
+    if not names or any(n != f"{v:020d}.json" for v, n in enumerate(names)):
+        return False
+    first = {"add", "commitInfo", "txn", "metaData", "protocol", "domainMetadata"}
+    later = {"add", "commitInfo", "txn"}
+    for version, name in enumerate(names):
+        allowed = later if version else first
+        with open(d / name, encoding="utf-8") as handle:
+            for line in handle:
+                # an action is a one-key object: {"add":{...}}
+                if line.strip() and line[2 : line.find('"', 2)] not in allowed:
+                    return False
+    return True
+
+
 def open_table(root: str | Path, version: int | None = None):
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError

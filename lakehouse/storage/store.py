@@ -87,10 +87,12 @@ def trigger_kwargs(trigger: TriggerSettings, layer: str = "") -> dict[str, Any]:
 
 class TableStore:
     """Read, read as a stream, write, and write a stream, for tables named ``layer.table``,
-    through delta-spark (its jars from ``make setup``, see lakehouse.jars). Every table it
-    creates or writes is also registered in the session catalog as ``layer.table`` (a Delta
-    table at its location), so ``spark.table``, SQL, ``DESCRIBE HISTORY`` and time travel see
-    it."""
+    through delta-spark (its jars from ``make setup``, see lakehouse.jars). Where the session's
+    catalog outlives the process (a metastore: ``spark.sql.catalogImplementation=hive``) every
+    table it creates is registered there as ``layer.table`` (a Delta table at its location), so
+    SQL, ``DESCRIBE HISTORY`` and time travel see it by name; in Spark's in-memory catalog an
+    entry would die with the job that wrote it (three catalog statements a table, every run), so
+    a table is registered only when :meth:`register` is called (``lakehouse sql`` does)."""
 
     def __init__(self, spark: SparkSession, settings: Settings):
         self.spark = spark
@@ -102,6 +104,9 @@ class TableStore:
                 "elsewhere run make setup, or set native.jars_packages"
             )
         self._registered: set[str] = set()
+        self._catalog_persists = (
+            spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "hive"
+        )
 
     # -- locations --
     def path(self, name: str) -> Path:
@@ -144,17 +149,32 @@ class TableStore:
 
     def register_again(self, name: str) -> None:
         """Register ``name`` anew (its table was rewritten: what the catalog and the session
-        kept of it goes)."""
-        self.register(name, force=True)
+        kept of it goes), where it is registered."""
+        if self._catalog_persists or name in self._registered:
+            self.register(name, force=True)
+
+    def _register_created(self, name: str) -> None:
+        if self._catalog_persists:
+            self.register(name)
 
     # -- reading --
     def read(self, name: str, columns: Sequence[str] | None = None) -> DataFrame:
         df = self.spark.read.format("delta").load(str(self.require(name)))
         return df.select(*columns) if columns else df
 
-    def read_stream(self, name: str, max_files_per_trigger: int | None = None) -> DataFrame:
+    def read_stream(
+        self,
+        name: str,
+        max_files_per_trigger: int | None = None,
+        starting_version: int | None = None,
+    ) -> DataFrame:
+        """Table ``name`` as a stream: from ``starting_version`` on, commit by commit, or else
+        (Delta's default) its snapshot first, then the commits after it. Either only for a
+        checkpoint's first start: a restart goes on from the checkpoint's offsets."""
         path = self.require(name)
         reader = self.spark.readStream.format("delta")
+        if starting_version is not None:
+            reader = reader.option("startingVersion", str(starting_version))
         limit = max_files_per_trigger or self.settings.trigger.max_files_per_trigger
         if limit:
             reader = reader.option("maxFilesPerTrigger", int(limit))
@@ -464,14 +484,14 @@ class TableStore:
 
         with _CREATING:
             if self.exists(name):
-                self.register(name)
+                self._register_created(name)
                 return False
             builder = DeltaTable.createIfNotExists(self.spark).location(str(self.path(name)))
             builder = builder.addColumns(schema)
             if partition_by:
                 builder = builder.partitionedBy(*partition_by)
             builder.execute()
-            self.register(name)
+            self._register_created(name)
         return True
 
     def upsert(
