@@ -200,7 +200,9 @@ RUNS_SCHEMA = pa.schema(
         ("query_id", pa.string()),  # null when the flow failed before its query started
         ("started_at", pa.timestamp("us", tz="UTC")),
         ("ended_at", pa.timestamp("us", tz="UTC")),
-        ("status", pa.string()),  # succeeded | failed | stopped (interrupted)
+        # succeeded | failed | stopped (interrupted) | restarted (an attempt that failed and
+        # was started again: one row each, before the flow's own row of the run)
+        ("status", pa.string()),
         ("batches", pa.int64()),  # micro-batches that read rows
         ("input_rows", pa.int64()),
         ("late_rows", pa.int64()),

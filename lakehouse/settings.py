@@ -97,6 +97,10 @@ class TriggerSettings:
     bronze_interval: str = ""
     silver_interval: str = ""
     gold_interval: str = ""
+    # continuous mode: a flow that fails is started again alone after restart_delay, doubled
+    # at each of its restarts (at most 10 minutes), at most `restarts` times in a run
+    restarts: int = 5
+    restart_delay: str = "10 seconds"
 
     def interval_of(self, layer: str) -> str:
         """The processing-time interval of ``layer``'s flows in continuous mode."""
@@ -563,6 +567,7 @@ _DURATIONS = {
     "trigger.bronze_interval",
     "trigger.silver_interval",
     "trigger.gold_interval",
+    "trigger.restart_delay",
     "watermarks.events",
     "watermarks.impressions",
     "watermarks.clicks",
@@ -586,6 +591,7 @@ _POSITIVE = {
 }
 _NON_NEGATIVE = {
     "trigger.max_files_per_trigger",
+    "trigger.restarts",
     "maintenance.vacuum_retention_hours",
     "maintenance.target_file_size_mb",
     "scheduler.retries",

@@ -36,7 +36,9 @@ def read_table(settings: Settings, name: str) -> pd.DataFrame:
 
 def last_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The latest ops.runs row of each flow, by flow name."""
-    return runs.sort_values("started_at").groupby("flow").tail(1).sort_values("flow")
+    # (stable: a run's rows share its start, and a flow's own row comes after its restarts)
+    runs = runs.sort_values("started_at", kind="stable")
+    return runs.groupby("flow").tail(1).sort_values("flow")
 
 
 def current_marks(settings: Settings) -> pd.DataFrame:

@@ -51,7 +51,7 @@ def test_lake_layout():
             {"trigger.mod": "x"},
             {},
             "unknown setting 'trigger.mod'; allowed here: bronze_interval, gold_interval, "
-            "interval, max_files_per_trigger, mode, silver_interval",
+            "interval, max_files_per_trigger, mode, restart_delay, restarts, silver_interval",
         ),
         (
             {"trigger.mode": "once"},
@@ -176,8 +176,8 @@ def test_the_warning_is_one_line_and_a_misspelt_key_one_line_of_error(tmp_path):
         "lakehouse: warning: ignoring environment variable LAKEHOUSE_NOT_A_SETTING: no setting "
         "is named 'not_a_setting'",
         "lakehouse: error: unknown setting 'trigger.modee'; allowed here: bronze_interval, "
-        "gold_interval, interval, max_files_per_trigger, mode, silver_interval (from "
-        "environment variable LAKEHOUSE_TRIGGER__MODEE)",
+        "gold_interval, interval, max_files_per_trigger, mode, restart_delay, restarts, "
+        "silver_interval (from environment variable LAKEHOUSE_TRIGGER__MODEE)",
     ]
 
 

@@ -8,7 +8,7 @@ import re
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -36,6 +36,8 @@ class FlowReport:
     late_rows: int = 0  # dropped by a stateful operator for being behind the watermark
     duplicates: int = 0  # dropped by a deduplication operator
     stopped: bool = False  # by SIGINT or SIGTERM while it ran
+    # the first line of the error of each earlier attempt in the run, which was restarted
+    restarts: list[str] = field(default_factory=list)
 
 
 def progress_listener(spark: SparkSession, out: TextIO, recorder: ProgressRecorder):
@@ -233,6 +235,11 @@ class RunBook:
 
     def record(self, queries: dict[str, StreamingQuery], reports: list[FlowReport]) -> None:
         for report in reports:
+            for line in report.restarts:  # an attempt that failed and was started again
+                self.rows.append(
+                    self._row(report.flow, "restarted", query_id=str(queries[report.flow].id),
+                              error=line)
+                )  # fmt: skip
             cut = report.stopped or self.interrupted
             status = "failed" if report.error else "stopped" if cut else "succeeded"
             self.rows.append(
@@ -269,6 +276,9 @@ def flow_reports(
             late_rows=late,
             duplicates=duplicates,
         )
+        for attempt in tries[:-1]:
+            failure = attempt.exception()
+            report.restarts.append(redact(first_line(failure)) if failure is not None else "")
         error = query.exception()
         if error is not None:
             layer, flow = split_table_name(name)

@@ -1,5 +1,6 @@
-"""Running flows: started together, waited for until done (available-now) or until
-one ends (continuous), restarted after a transient error, stopped on request, recorded."""
+"""Running flows: started together, waited for until done (available-now) or until stopped
+(continuous, where a failed flow is started again alone while the others run on), restarted
+after a transient error, stopped on request, recorded."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from lakehouse.runner.stopping import (
     stop_on_signals,
     where_stopped,
 )
-from lakehouse.settings import Settings
+from lakehouse.settings import Settings, duration_seconds
 from lakehouse.storage import table_store
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 # busy, the flow is not wrong. Such a flow is started again.
 TRANSIENT_ERRORS = ("Python worker failed to connect back",)
 TRANSIENT_RESTARTS = 2  # per flow and run
+MAX_RESTART_DELAY_S = 600  # the longest a failed flow waits for its next start (continuous)
 WATCH_S = 0.1  # how often an available-now run looks at its flows
 
 
@@ -93,6 +95,9 @@ class _Queries:
         self.flows = {flow.name: flow for flow in flows}
         self.current: dict[str, StreamingQuery] = {}
         self.failed: dict[str, list[StreamingQuery]] = {}
+        # continuous mode: when each failed flow starts again (time.monotonic())
+        self.due: dict[str, float] = {}
+        self.later_restarts: dict[str, int] = {}
 
     def start(self, flow: Flow) -> StreamingQuery:
         self.current[flow.name] = start_flow(self.spark, self.store, self.settings, flow)
@@ -100,22 +105,66 @@ class _Queries:
 
     def restart(self, name: str) -> bool:
         """Start the flow again from its checkpoint if its query failed on a transient error
-        and has restarts left; the checkpoint and the idempotent sinks make the repeat of its
-        last micro-batch harmless."""
+        and has restarts left; in continuous mode, after any error, plan its start after
+        ``trigger.restart_delay`` (doubled at each restart, at most ``trigger.restarts``
+        times). The checkpoint and the idempotent sinks make the repeat of its last
+        micro-batch harmless. False: the flow stays ended."""
         error = self.current[name].exception()
         failed = self.failed.setdefault(name, [])
-        if error is None or not transient(str(error)) or len(failed) >= TRANSIENT_RESTARTS:
+        if error is None:
             return False
+        line = redact(first_line(error))
+        if transient(str(error)) and len(failed) < TRANSIENT_RESTARTS:
+            print(
+                f"flow {name}: {line} (the machine was too busy); restarting it from its "
+                f"checkpoint ({len(failed) + 1} of {TRANSIENT_RESTARTS})",
+                file=self.out,
+                flush=True,
+            )
+            self._replace(name)
+            return True
+        if self.settings.trigger.mode != "continuous":
+            return False
+        trigger = self.settings.trigger
+        done = self.later_restarts.get(name, 0)
+        if done >= trigger.restarts:
+            print(
+                f"flow {name} failed for good after {done} restart(s): {line}; the other flows "
+                "run on",
+                file=self.out,
+                flush=True,
+            )
+            return False
+        delay = min(duration_seconds(trigger.restart_delay) * 2**done, MAX_RESTART_DELAY_S)
+        self.later_restarts[name] = done + 1
+        self.due[name] = time.monotonic() + delay
         print(
-            f"flow {name}: {redact(first_line(error))} (the machine was too busy); restarting it "
-            f"from its checkpoint ({len(failed) + 1} of {TRANSIENT_RESTARTS})",
+            f"flow {name} failed: {line}; starting it again alone in {delay:g} s "
+            f"({done + 1} of {trigger.restarts}), the other flows run on",
             file=self.out,
             flush=True,
         )
-        query = start_flow(self.spark, self.store, self.settings, self.flows[name])
-        failed.append(self.current[name])
-        self.current[name] = query
         return True
+
+    def start_due(self) -> None:
+        """Start the failed flows whose time has come (continuous mode)."""
+        now = time.monotonic()
+        for name in [n for n, at in self.due.items() if at <= now]:
+            del self.due[name]
+            try:
+                self._replace(name)
+            except Exception as exc:  # its input gone, say: it stays ended
+                print(
+                    f"flow {name} could not start again: {redact(first_line(exc))}; the other "
+                    "flows run on",
+                    file=self.out,
+                    flush=True,
+                )
+
+    def _replace(self, name: str) -> None:
+        query = start_flow(self.spark, self.store, self.settings, self.flows[name])
+        self.failed.setdefault(name, []).append(self.current[name])
+        self.current[name] = query
 
     def attempts(self) -> dict[str, list[StreamingQuery]]:
         """Every query of each flow in the run, the current one last."""
@@ -177,6 +226,8 @@ class _Run:
             endless={flow.name for flow in self.flows if not flow.stops_itself},
             restart=self.queries.restart,
             stop=self.stop,
+            restarts_due=self.queries.due,
+            start_due=self.queries.start_due,
         )
         if self.stop.requested:
             print(
@@ -250,10 +301,14 @@ def _wait(
     endless: set[str] = frozenset(),
     restart: Callable[[str], bool] = lambda name: False,
     stop: StopRequest | None = None,
+    restarts_due: dict[str, float] | None = None,
+    start_due: Callable[[], None] = lambda: None,
 ) -> None:
-    """Until the flows are done (available-now) or one of them ends (continuous), or a stop is
-    requested. A flow whose query failed is handed to ``restart``; one it started again is
-    waited for again."""
+    """Until the flows are done (available-now), or every flow has ended for good
+    (continuous), or a stop is requested. A flow whose query ended is handed to ``restart``;
+    one it started again, or planned to start later (``restarts_due``, started by
+    ``start_due``), is waited for again."""
+    restarts_due = {} if restarts_due is None else restarts_due
     stop = stop or StopRequest()
     if not continuous:
         # every flow is watched at once: a flow that does not end by itself is stopped as
@@ -277,15 +332,20 @@ def _wait(
             if running:
                 time.sleep(WATCH_S)
         return
+    handled: dict[str, StreamingQuery] = {}  # flows whose ended query was handed to restart
     while not stop.requested:
+        start_due()
         with contextlib.suppress(Exception):  # a failed flow: reported from query.exception()
             if not spark.streams.awaitAnyTermination(POLL_S):
                 continue
         # reset first: a flow ending from here on wakes the next wait, one ended before is seen
         # below (a query of an earlier run in this session woke this one: wait again)
         spark.streams.resetTerminated()
-        ended = [name for name, query in queries.items() if not query.isActive]
-        if ended and not all([restart(name) for name in ended]):
+        for name, query in queries.items():
+            if not query.isActive and handled.get(name) is not query:
+                handled[name] = query
+                restart(name)
+        if all(not q.isActive and n not in restarts_due for n, q in queries.items()):
             return
 
 
