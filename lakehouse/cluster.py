@@ -253,17 +253,27 @@ def package(dest: Path) -> Path:
     return dest
 
 
+def job_script(layer: str) -> Path:
+    """The package's spark-submit entry point of ``layer`` (lakehouse.jobs), to copy:
+    spark-submit runs a file."""
+    from lakehouse.runner.declarations import PIPELINE
+
+    if layer not in PIPELINE:
+        raise ValueError(f"unknown layer {layer!r}: use one of {', '.join(PIPELINE)}")
+    return Path(__file__).resolve().parent / "jobs" / f"{layer}.py"
+
+
 def package_dist(settings: Settings, code: Path) -> tuple[Dist, list[Path]]:
     """Everything spark-submit needs to run a layer, in the folder of code zip ``code``
     (lakehouse.dist): the zip, the layers' entry points, the log4j2 file and the jars; the
     folder and the jars copied."""
-    from lakehouse import jobs
     from lakehouse.jars import LOG4J_CONFIG
+    from lakehouse.runner.declarations import PIPELINE
 
     dist = of_code(code)
     package(dist.code)
     dist.jobs.mkdir(parents=True, exist_ok=True)
-    for layer in jobs.LAYERS:
-        _replace(Path(jobs.script(layer)), dist.job(layer))
+    for layer in PIPELINE:
+        _replace(job_script(layer), dist.job(layer))
     _replace(LOG4J_CONFIG, dist.log4j)
     return dist, package_jars(settings, dist.jars)

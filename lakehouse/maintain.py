@@ -93,7 +93,7 @@ class UnreadVersion:
 def lake_checkpoints(settings: Settings) -> list[Path]:
     """Every streaming checkpoint of the lake: the flows' (wherever the settings put them),
     any other under ``<root>/checkpoints/<layer>/``, and a full refresh's staging ones."""
-    from lakehouse.refresh import all_flows
+    from lakehouse.runner.switch import all_flows
 
     found = {settings.checkpoint_path(f.layer, f.flow) for f in all_flows()}
     for base in (settings.root / "checkpoints", *(settings.root / "refresh").glob("*/checkpoints")):

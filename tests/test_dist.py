@@ -11,8 +11,9 @@ import sys
 import zipfile
 from pathlib import Path
 
-from lakehouse import dist, jobs
+from lakehouse import dist
 from lakehouse.cli import main
+from lakehouse.cluster import job_script
 from lakehouse.jars import LOG4J_CONFIG
 from lakehouse.settings import load_settings
 
@@ -53,8 +54,8 @@ def test_cluster_package_writes_what_spark_submit_needs(tmp_path, capsys):
         assert name in names, name
     assert not [n for n in names if "__pycache__" in n]
     # the entry points and the log4j2 file of the package, the jars of native.jars_dir
-    for layer in jobs.LAYERS:
-        assert packed.job(layer).read_text() == Path(jobs.script(layer)).read_text()
+    for layer in ("bronze", "silver", "gold"):
+        assert packed.job(layer).read_text() == job_script(layer).read_text()
     assert packed.log4j.read_text() == LOG4J_CONFIG.read_text()
     assert sorted(p.name for p in packed.jars.iterdir()) == [
         "delta-spark_4.2_2.13-4.4.0.jar",

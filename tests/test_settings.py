@@ -269,8 +269,8 @@ def test_bad_kafka_topic_settings_say_what_is_allowed(key, value, message):
 
 
 def test_a_refresh_stages_a_flow_and_its_table_of_the_same_name_apart(tmp_path):
-    from lakehouse.refresh import staged_settings
     from lakehouse.runner import layer_flows
+    from lakehouse.runner.switch import staged_settings
 
     settings = load_settings("local", overrides={"root": str(tmp_path)})
     flow = next(f for f in layer_flows("gold") if f.name == "gold.sessions")

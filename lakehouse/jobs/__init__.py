@@ -1,21 +1,12 @@
 """The spark-submit entry points of the layers: ``lakehouse/jobs/<layer>.py`` in the package
 (``lakehouse cluster package`` copies them beside the code zip, so a machine with the project
-installed and no checkout can submit them), and ``jobs/<layer>.py`` of a checkout, both thin
-shims over :func:`submit_main`."""
+installed and no checkout can submit them: :func:`lakehouse.cluster.job_script`), and
+``jobs/<layer>.py`` of a checkout, both thin shims over :func:`submit_main`."""
 
 from __future__ import annotations
 
 import os
 import sys
-
-LAYERS = ("bronze", "silver", "gold")
-
-
-def script(layer: str) -> str:
-    """The file of the package's entry point of ``layer`` (to copy: spark-submit runs a file)."""
-    if layer not in LAYERS:
-        raise ValueError(f"unknown layer {layer!r}: use one of {', '.join(LAYERS)}")
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{layer}.py")
 
 
 def submit_main(layer: str, script: str) -> int:

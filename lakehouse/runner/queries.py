@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from lakehouse import checkpoints
 from lakehouse.flows import Flow, Input, LandingInput, TableInput
 from lakehouse.runner.errors import MissingInput
+from lakehouse.runner.switch import finish_pending
 from lakehouse.settings import Settings
 from lakehouse.storage import deltafiles as dfiles
 from lakehouse.storage import trigger_kwargs
@@ -158,8 +159,6 @@ def start_flow(
     """Finish a full refresh of the flow killed while it switched its tables, create the
     flow's output tables and start its streaming query."""
     import sys
-
-    from lakehouse.refresh import finish_pending
 
     if finish_pending(spark, store, settings, flow, sys.stdout):
         log.info("flow %s: finished the switch of a full refresh killed before its end", flow.name)
