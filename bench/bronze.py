@@ -38,9 +38,9 @@ def main(argv=None) -> int:
     parser.add_argument("--root", default=str(Path(tempfile.gettempdir()) / "lakehouse-bench"))
     args = parser.parse_args(argv)
 
-    from lakehouse.runner import layer_flows
+    from lakehouse.runner import pipeline
 
-    FLOWS = layer_flows("bronze")
+    FLOWS = pipeline().layer("bronze")
     from bronze.sources import SCHEMAS
     from lakehouse import generate as gen
     from lakehouse.runner import run_flows

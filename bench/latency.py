@@ -78,7 +78,7 @@ def main(argv=None) -> int:
 
     from lakehouse import generate as gen
     from lakehouse.progress import Progress
-    from lakehouse.runner import declared_layers, layer_flows, run_flows
+    from lakehouse.runner import pipeline, run_flows
     from lakehouse.session import build_session
 
     root = Path(args.root) / f"latency-{args.events}"
@@ -98,20 +98,19 @@ def main(argv=None) -> int:
     header = ["flow", "batches", "rows", "batch", *SPARK_PARTS, *STEP_PARTS]
     print(" ".join(f"{h:>{26 if i == 0 else 12}}" for i, h in enumerate(header)))
     slowest: dict[str, float] = {}
-    for layer in declared_layers():
-        for flow in layer_flows(layer):
-            if args.flows and not flow.name.startswith(tuple(args.flows)):
-                continue
-            started = time.perf_counter()
-            run_flows(spark, settings, [flow], out=io.StringIO())
-            figures = flow_latencies(settings, flow.name)
-            cells = [f"{flow.name:>26}"]
-            for h in header[1:]:
-                value = figures.get(h)
-                cells.append(f"{'-' if value is None else f'{value:.3f}':>12}")
-            print(" ".join(cells), f"  ({time.perf_counter() - started:.0f} s)", flush=True)
-            group = "sessions_custom" if flow.name == "gold.sessions_custom" else layer
-            slowest[group] = max(slowest.get(group, 0.0), figures.get("batch", 0.0))
+    for flow in pipeline().flows:
+        if args.flows and not flow.name.startswith(tuple(args.flows)):
+            continue
+        started = time.perf_counter()
+        run_flows(spark, settings, [flow], out=io.StringIO())
+        figures = flow_latencies(settings, flow.name)
+        cells = [f"{flow.name:>26}"]
+        for h in header[1:]:
+            value = figures.get(h)
+            cells.append(f"{'-' if value is None else f'{value:.3f}':>12}")
+        print(" ".join(cells), f"  ({time.perf_counter() - started:.0f} s)", flush=True)
+        group = "sessions_custom" if flow.name == "gold.sessions_custom" else flow.layer
+        slowest[group] = max(slowest.get(group, 0.0), figures.get("batch", 0.0))
     spark.stop()
     print(
         "small batch seconds: "

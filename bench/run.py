@@ -69,9 +69,9 @@ RAW_REFERENCES = {
 
 
 def gold_flow_names() -> list[str]:
-    from lakehouse.runner import layer_flows
+    from lakehouse.runner import pipeline
 
-    return [f.name for f in layer_flows("gold")]
+    return [f.name for f in pipeline().layer("gold")]
 
 
 def all_units() -> list[str]:
@@ -111,7 +111,7 @@ def input_rows(unit: str, base) -> int:
     """The rows a unit reads, each input counted once: landing lines for bronze (and the
     pipeline), bronze rows for silver, silver rows for gold, a gold flow's own input."""
     from lakehouse.generate import MANIFEST
-    from lakehouse.runner import layer_flows
+    from lakehouse.runner import pipeline
 
     layer = _layer(unit)
     if layer == "bronze":
@@ -121,7 +121,7 @@ def input_rows(unit: str, base) -> int:
         return sum(log_stats(base, f"bronze.{s}")[0] for s in ("events", "impressions", "clicks"))
     if unit in ("gold", "floor.gold", "raw.gold"):
         return sum(log_stats(base, t)[0] for t in ("silver.events", "silver.ad_attribution"))
-    (flow,) = [f for f in layer_flows("gold") if f.name == unit]
+    flow = pipeline().flow(unit)
     return sum(log_stats(base, i.table)[0] for i in flow.inputs)
 
 
@@ -178,7 +178,7 @@ def prepare(root: Path, events: int) -> None:
 def child(unit: str, root: Path, work: Path, event_log: str | None) -> dict:
     import floors
 
-    from lakehouse.runner import layer_flows, run_flows, run_layers
+    from lakehouse.runner import pipeline, run_flows, run_layers
     from lakehouse.session import build_session
 
     base = root / "base"
@@ -206,7 +206,7 @@ def child(unit: str, root: Path, work: Path, event_log: str | None) -> dict:
                 spark, settings, LAYERS if unit == "pipeline" else [unit], out=quiet
             )
         else:
-            (flow,) = [f for f in layer_flows("gold") if f.name == unit]
+            flow = pipeline().flow(unit)
             reports = run_flows(spark, settings, [flow], out=quiet)
         assert all(r.error is None for r in reports), reports
     seconds, cpu = time.perf_counter() - started, tree_cpu_seconds() - cpu

@@ -88,7 +88,7 @@ def run_design(spark, settings, design: str) -> dict:
 
     from gold import custom_sessions as cs
     from lakehouse.checkpoints import app_id
-    from lakehouse.runner import layer_flows, run_flows
+    from lakehouse.runner import pipeline, run_flows
     from lakehouse.storage import table_store
 
     store = table_store(spark, settings)
@@ -103,7 +103,7 @@ def run_design(spark, settings, design: str) -> dict:
         relocated={checkpoint_key(name): str(fresh / name.split(".")[1]) for name in names},
     )
     # gold.sessions first, recording what it had after each of its micro-batches
-    sessions_flow = next(f for f in layer_flows("gold") if f.name == "gold.sessions")
+    sessions_flow = pipeline().flow("gold.sessions")
     run_flows(spark, one, [sessions_flow], out=io.StringIO())
     reference = store.read("gold.sessions").select("user_id", "session_start", "session_end")
     reference = reference.toPandas()
@@ -111,7 +111,7 @@ def run_design(spark, settings, design: str) -> dict:
     emitted, durations, memory, state_rows = [], [], [], []
     started = time.monotonic()
     if design == "flow":
-        flow = next(f for f in layer_flows("gold") if f.name == "gold.sessions_custom")
+        flow = pipeline().flow("gold.sessions_custom")
         run_flows(spark, one, [flow], out=io.StringIO())
         progress = store.read("ops.stream_progress").where(F.col("flow") == flow.name)
     else:

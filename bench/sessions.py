@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from lakehouse import generate as gen
-    from lakehouse.runner import layer_flows, run_flows, run_layers
+    from lakehouse.runner import pipeline, run_flows, run_layers
     from lakehouse.session import build_session
     from lakehouse.storage import table_store
 
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     run_settings = settings.with_overrides(
         {"trigger.max_files_per_trigger": args.max_files_per_trigger}
     )
-    declared = {f.name: f for f in layer_flows("gold")}
+    declared = {f.name: f for f in pipeline().layer("gold")}
 
     def once(name: str) -> tuple[float, int]:
         for sub in ("tables/gold", "checkpoints/gold"):

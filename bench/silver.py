@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from lakehouse import generate as gen
-    from lakehouse.runner import layer_flows, run_flows, run_layers
+    from lakehouse.runner import pipeline, run_flows, run_layers
     from lakehouse.session import build_session
     from lakehouse.storage import table_store
 
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
         {"trigger.max_files_per_trigger": args.max_files_per_trigger}
     )
 
-    declared = next(f for f in layer_flows("silver") if f.name == "silver.events")
+    declared = pipeline().flow("silver.events")
     flows = {
         "on": declared,
         "rules only": dataclasses.replace(declared, before_write=None),

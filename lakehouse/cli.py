@@ -366,11 +366,11 @@ def cmd_state(args: argparse.Namespace) -> int:
 
 def cmd_flows(args: argparse.Namespace) -> int:
     from lakehouse.analysis import analyse_flows, print_flows
-    from lakehouse.runner import declared_layers, layer_flows
+    from lakehouse.runner import pipeline
 
     settings = settings_from_args(args)
     # every flow is analysed (a layer's inputs are its upstream layers' outputs); one printed
-    flows = [flow for layer in declared_layers() for flow in layer_flows(layer)]
+    flows = list(pipeline().flows)
     with spark_session(settings, "lakehouse-flows") as spark:
         analysed = analyse_flows(spark, settings, flows)
     shown = [a for a in analysed if args.layer in ("all", a.flow.layer)]

@@ -27,12 +27,10 @@ def layer_tables(layer: str) -> list[str]:
 
 def from_declarations() -> dict[str, list[str]]:
     """Per declared layer, the tables its flows write (imports the layers, so pyspark)."""
-    from lakehouse.runner.declarations import declared_layers, layer_flows
+    from lakehouse.runner.declarations import PipelineGraph, pipeline
 
-    return {
-        layer: list(dict.fromkeys(o.table for f in layer_flows(layer) for o in f.outputs))
-        for layer in declared_layers()
-    }
+    graph = pipeline()
+    return {layer: PipelineGraph.of(graph.layer(layer)).tables for layer in graph.layers}
 
 
 def render(tables: dict[str, list[str]]) -> str:

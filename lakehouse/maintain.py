@@ -93,9 +93,9 @@ class UnreadVersion:
 def lake_checkpoints(settings: Settings) -> list[Path]:
     """Every streaming checkpoint of the lake: the flows' (wherever the settings put them),
     any other under ``<root>/checkpoints/<layer>/``, and a full refresh's staging ones."""
-    from lakehouse.runner.switch import all_flows
+    from lakehouse.runner import pipeline
 
-    found = {settings.checkpoint_path(f.layer, f.flow) for f in all_flows()}
+    found = {settings.checkpoint_path(f.layer, f.flow) for f in pipeline().flows}
     for base in (settings.root / "checkpoints", *(settings.root / "refresh").glob("*/checkpoints")):
         found.update(p for p in base.glob("*/*") if p.is_dir() and not p.name.endswith(".replaced"))
     return sorted(p for p in found if (p / "offsets").is_dir())
@@ -194,15 +194,9 @@ def _remove_empty_folders(root: Path) -> None:
 
 def zorder_columns() -> dict[str, tuple[str, ...]]:
     """Per table, the columns its declaration asks maintenance to Z-order its files by."""
-    from lakehouse.runner import declared_layers, layer_flows
+    from lakehouse.runner import pipeline
 
-    return {
-        o.table: o.zorder_by
-        for layer in declared_layers()
-        for flow in layer_flows(layer)
-        for o in flow.outputs
-        if o.zorder_by
-    }
+    return {o.table: o.zorder_by for f in pipeline().flows for o in f.outputs if o.zorder_by}
 
 
 def maintain_table(

@@ -26,11 +26,11 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from lakehouse.flows import Flow, TableInput
+from lakehouse.flows import Flow
 from lakehouse.locks import flow_locks
+from lakehouse.runner.declarations import pipeline
 from lakehouse.runner.switch import (
     RefreshError,
-    all_flows,
     check_shrink,
     finish_pending,
     staged_settings,
@@ -49,32 +49,20 @@ log = logging.getLogger(__name__)
 
 def flows_writing(tables: Sequence[str]) -> list[Flow]:
     """The flows that write any of ``tables`` (all of a flow's tables are rebuilt with it)."""
-    every = all_flows()
-    written = {o.table for flow in every for o in flow.outputs}
+    graph = pipeline()
+    written = set(graph.tables)
     unknown = sorted(set(tables) - written)
     if unknown:
         raise RefreshError(
             f"no flow writes {', '.join(unknown)}: a full refresh rebuilds a table a flow "
             f"writes, one of {', '.join(sorted(written))}"
         )
-    return [f for f in every if any(o.table in tables for o in f.outputs)]
+    return [f for f in graph.flows if any(o.table in tables for o in f.outputs)]
 
 
 def downstream(flows: Sequence[Flow]) -> list[str]:
     """The tables built, directly or not, from what ``flows`` write, but not by them."""
-    every = all_flows()
-    rebuilt = {o.table for f in flows for o in f.outputs}
-    found: list[str] = []
-    frontier = set(rebuilt)
-    while frontier:
-        readers = [
-            f
-            for f in every
-            if any(isinstance(i, TableInput) and i.table in frontier for i in f.inputs)
-        ]
-        frontier = {o.table for f in readers for o in f.outputs} - rebuilt - set(found)
-        found += sorted(frontier)
-    return found
+    return pipeline().downstream([o.table for f in flows for o in f.outputs])
 
 
 def refresh(
@@ -96,9 +84,9 @@ def refresh(
             "a full refresh runs once, in available-now mode: run it without --trigger "
             "continuous, then run the flows continuously"
         )
-    every = all_flows()
     tables = {o.table for f in flows for o in f.outputs}
-    sharing = [f for f in every if f not in flows and any(o.table in tables for o in f.outputs)]
+    writers = {w.name: w for t in sorted(tables) for w in pipeline().writers(t)}
+    sharing = [f for f in writers.values() if f not in flows]
     locked = [(f.name, settings.checkpoint_path(f.layer, f.flow)) for f in [*flows, *sharing]]
     with flow_locks(locked):
         store = table_store(spark, settings)

@@ -18,7 +18,7 @@ import pandas as pd
 
 from lakehouse.flows import Flow, LandingInput
 from lakehouse.redaction import redact
-from lakehouse.runner.declarations import PIPELINE, layer_flows
+from lakehouse.runner.declarations import pipeline
 from lakehouse.settings import Settings
 from lakehouse.status import current_marks, last_runs, read_table
 
@@ -252,7 +252,7 @@ def build_report(settings: Settings) -> str:
     progress = read_table(settings, "ops.stream_progress")
     runs = read_table(settings, "ops.runs")
     quality = read_table(settings, "ops.quality_results")
-    declared = [flow for layer in PIPELINE for flow in layer_flows(layer)]
+    declared = list(pipeline().flows)
     sections = [
         "<h3>Flow graph</h3>",
         flow_graph(declared),

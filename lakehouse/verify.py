@@ -976,9 +976,9 @@ def _every_table_checked(checks: list[Check]) -> None:
 
 def _gold_flows() -> list[str]:
     """The gold flows recorded in ops.stream_progress (by name: gold.<flow>)."""
-    from lakehouse.runner import layer_flows
+    from lakehouse.runner import pipeline
 
-    return [flow.name for flow in layer_flows("gold")]
+    return [flow.name for flow in pipeline().layer("gold")]
 
 
 def reference_silver(
@@ -999,11 +999,11 @@ def gold_checks(
 ) -> list[Check]:
     """Each gold table the flows declare, against its declared reference over ``events`` and
     ``attribution``."""
-    from lakehouse.runner import layer_flows
+    from lakehouse.runner import pipeline
 
     silver = reference_silver(settings, events, attribution)
     checks = []
-    for output in (o for flow in layer_flows("gold") for o in flow.outputs):
+    for output in (o for flow in pipeline().layer("gold") for o in flow.outputs):
         ref = output.reference
         if ref is None:
             raise VerifyError(f"{output.table} declares no reference: it cannot be verified")

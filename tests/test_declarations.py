@@ -7,12 +7,12 @@ from pyspark.sql import types as T
 
 from lakehouse.analysis import FlowDoesNotAnalyse, analyse_flows, schema_differences
 from lakehouse.flows import Flow, Output, TableInput
-from lakehouse.runner import declared_layers, declared_tables, layer_flows
+from lakehouse.runner import PipelineGraph, declared_tables, layer_flows, pipeline
 from lakehouse.verify import Check, VerifyError, _every_table_checked
 
 
 def test_every_flow_analyses_and_produces_its_declared_schemas(spark, settings):
-    flows = [flow for layer in declared_layers() for flow in layer_flows(layer)]
+    flows = list(pipeline().flows)
     analysed = analyse_flows(spark, settings, flows)
     assert [a.flow.name for a in analysed] == [f.name for f in flows]
     differences = {
@@ -80,12 +80,12 @@ def test_a_table_several_flows_write_says_whose_rows_are_whose():
     """A full refresh replaces a flow's rows of a shared table (the quarantine tables,
     silver.late_events): each writer declares the column and value of its rows, one column per
     table, a value per writer."""
-    writers: dict[str, list] = {}
-    for layer in declared_layers():
-        for flow in layer_flows(layer):
-            for o in flow.outputs:
-                writers.setdefault(o.table, []).append(o.shared_by)
-    shared = {table: owners for table, owners in writers.items() if len(owners) > 1}
+    graph = pipeline()
+    shared = {
+        table: [o.shared_by for f in graph.writers(table) for o in f.outputs if o.table == table]
+        for table in graph.tables
+        if len(graph.writers(table)) > 1
+    }
     assert sorted(shared) == ["bronze.quarantine", "silver.late_events", "silver.quarantine"]
     for table, owners in shared.items():
         assert None not in owners, table
@@ -135,3 +135,51 @@ def test_lakehouse_flows_prints_each_flow_with_its_state_and_starts_no_query(
         "  operators   watermark on event_time, delay 10 minutes",
         "              aggregation by user_id, window",
     ]
+
+
+def _flow(name, inputs, outputs):
+    return Flow(
+        name=name,
+        inputs=tuple(TableInput(t) for t in inputs),
+        transform=lambda *frames: frames[0],
+        outputs=tuple(Output(t) for t in outputs),
+    )
+
+
+def test_the_pipeline_graph_knows_writers_readers_and_what_is_downstream():
+    """A graph over declarations alone (no discovery, no Spark): a table two flows write, a
+    chain of three layers, and one branch that does not depend on the rebuilt table."""
+    graph = PipelineGraph.of(
+        [
+            _flow("bronze.a", [], ["bronze.a", "bronze.quarantine"]),
+            _flow("bronze.b", [], ["bronze.b", "bronze.quarantine"]),
+            _flow("silver.a", ["bronze.a"], ["silver.a"]),
+            _flow("gold.a", ["silver.a"], ["gold.a"]),
+            _flow("gold.b", ["bronze.b"], ["gold.b"]),
+        ]
+    )
+    assert graph.layers == ["bronze", "silver", "gold"]
+    assert [f.name for f in graph.layer("gold")] == ["gold.a", "gold.b"]
+    assert graph.tables == [
+        "bronze.a", "bronze.quarantine", "bronze.b", "silver.a", "gold.a", "gold.b"
+    ]  # fmt: skip
+    assert [f.name for f in graph.writers("bronze.quarantine")] == ["bronze.a", "bronze.b"]
+    assert [f.name for f in graph.readers("bronze.a")] == ["silver.a"]
+    assert graph.downstream(["bronze.a"]) == ["silver.a", "gold.a"]
+    assert graph.downstream(["gold.b"]) == []
+    assert graph.flow("gold.b").name == "gold.b"
+    with pytest.raises(KeyError, match="no flow is named gold.c"):
+        graph.flow("gold.c")
+    with pytest.raises(ValueError, match="a flow is declared twice"):
+        PipelineGraph.of([_flow("gold.a", [], ["gold.a"]), _flow("gold.a", [], ["gold.x"])])
+
+
+def test_the_lakes_graph_is_every_layers_declarations_in_run_order():
+    graph = pipeline()
+    assert graph.flows == tuple(f for layer in graph.layers for f in layer_flows(layer))
+    assert graph.tables == declared_tables()
+    assert [f.name for f in graph.writers("silver.quarantine")] == [
+        "silver.ad_attribution",
+        "silver.events",
+    ]
+    assert graph.downstream(["silver.ad_attribution"]) == ["gold.ad_performance_hourly"]

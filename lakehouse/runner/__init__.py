@@ -4,7 +4,8 @@ All I/O of a flow happens here: reading landing files or tables as streams, crea
 tables, checkpoints, triggers, waiting and reporting. Layer code only declares flows. Each
 module holds one job:
 
-- :mod:`~lakehouse.runner.declarations`: the layers and the flows they declare;
+- :mod:`~lakehouse.runner.declarations`: the layers and the flows they declare, and the
+  pipeline graph (:func:`pipeline`: flows in run order, writers, readers, downstream);
 - :mod:`~lakehouse.runner.queries`: a flow's streaming query built from its declaration;
 - :mod:`~lakehouse.runner.run`: running flows and layers, waiting, restarting after a
   transient error;
@@ -18,10 +19,12 @@ module holds one job:
 from lakehouse.runner.books import FlowReport
 from lakehouse.runner.declarations import (
     PIPELINE,
+    PipelineGraph,
     completeness_columns,
     declared_layers,
     declared_tables,
     layer_flows,
+    pipeline,
 )
 from lakehouse.runner.errors import FlowFailed, MissingInput, RunStopped, UnknownLayer
 from lakehouse.runner.queries import flow_frame, read_input, start_flow
@@ -31,6 +34,7 @@ from lakehouse.runner.stopping import StopRequest, stop_on_signals
 
 __all__ = [
     "PIPELINE",
+    "PipelineGraph",
     "FlowFailed",
     "FlowReport",
     "MissingInput",
@@ -42,6 +46,7 @@ __all__ = [
     "declared_tables",
     "flow_frame",
     "layer_flows",
+    "pipeline",
     "read_input",
     "recount_unrecorded",
     "run_flows",

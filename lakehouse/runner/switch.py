@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.errors import LakehouseError
 from lakehouse.flows import Flow
-from lakehouse.runner.declarations import PIPELINE, layer_flows
+from lakehouse.runner.declarations import pipeline
 from lakehouse.settings import Settings, checkpoint_key
 from lakehouse.storage import deltafiles as dfiles
 
@@ -35,10 +35,6 @@ MARKER = "refresh.json"
 
 class RefreshError(LakehouseError, ValueError):
     """A full refresh that cannot be done as asked."""
-
-
-def all_flows() -> list[Flow]:
-    return [flow for layer in PIPELINE for flow in layer_flows(layer)]
 
 
 def staging_dirs(settings: Settings) -> list[Path]:
@@ -188,7 +184,7 @@ def switch(store, settings: Settings, base: Path, out) -> None:
     transaction of the refresh, so that a switch repeated after a crash skips the tables done
     already; then each flow's checkpoint replaced by its staging one; then ``base`` removed."""
     marker = read_marker(base)
-    flows = [f for f in all_flows() if f.name in marker["flows"]]
+    flows = [f for f in pipeline().flows if f.name in marker["flows"]]
     staged = staged_settings(settings, base, flows)
     txn = (f"lakehouse-refresh-{marker['id']}", 0)
     for table, owners in _outputs(flows).items():
