@@ -24,9 +24,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from lakehouse.contract import EVENT_TIME, REQUIRED, SOURCES
 from lakehouse.flows import Flow, LandingInput, Output
-
-SOURCES = ("events", "impressions", "clicks")
 
 
 def _schema(*fields: tuple[str, object]) -> StructType:
@@ -59,13 +58,6 @@ SCHEMAS: dict[str, StructType] = {
         ("click_time", TimestampType()),
     ),
 }
-REQUIRED: dict[str, tuple[str, ...]] = {
-    "events": ("event_id", "user_id", "event_time"),
-    "impressions": ("impression_id", "ad_id", "campaign_id", "user_id", "impression_time"),
-    "clicks": ("click_id", "impression_id", "ad_id", "user_id", "click_time"),
-}
-# the event time of each source: its bronze table's files follow it (lakehouse.storage.timeorder)
-EVENT_TIME = {"events": "event_time", "impressions": "impression_time", "clicks": "click_time"}
 RESCUED = "_rescued_data"
 # Spark's JSON parser takes single-quoted names and strings by default; JSON (and the verify
 # reference) does not. (NaN and Infinity stay allowed: Python's json module reads them too.)

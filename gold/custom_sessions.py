@@ -77,12 +77,12 @@ from pyspark.sql.types import (
 
 from gold.sessions import SCHEMA as SESSIONS_SCHEMA
 from lakehouse import oracle
+from lakehouse.contract import EVENT_TYPES
 from lakehouse.flows import Flow, Output, Reference, TableInput, Upsert
 from lakehouse.settings import duration_seconds
 
 TABLE = "gold.sessions_custom"
 STATS_TABLE = "gold.session_stats_hourly"
-EVENT_TYPES = ("page_view", "search", "add_to_cart", "purchase")
 _PURCHASE = EVENT_TYPES.index("purchase")
 GAP = "15 minutes"
 MAX_PAGES = 50

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lakehouse.contract import MANIFEST, REQUIRED, SOURCES
 from lakehouse.errors import LakehouseError
 from lakehouse.progress import Progress
 from lakehouse.settings import Settings, duration_seconds
@@ -51,13 +52,6 @@ from lakehouse.settings import Settings, duration_seconds
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-SOURCES = ("events", "impressions", "clicks")
-TIME_FIELD = {"events": "event_time", "impressions": "impression_time", "clicks": "click_time"}
-REQUIRED = {
-    "events": ("event_id", "user_id", "event_time"),
-    "impressions": ("impression_id", "ad_id", "campaign_id", "user_id", "impression_time"),
-    "clicks": ("click_id", "impression_id", "ad_id", "user_id", "click_time"),
-}
 # Required fields whose JSON type is checked (a string field accepts any JSON scalar).
 TYPED_REQUIRED = {
     "events": ("user_id", "event_time"),
@@ -73,7 +67,6 @@ QUARANTINED = ("malformed_json", "missing_field", "wrong_type", "empty_line")
 _KIND = {name: code for code, name in enumerate(("none", *FAULTS))}
 
 DEFAULT_START = "2026-01-05T08:00:00Z"
-MANIFEST = "_manifest.json"
 IMPRESSIONS_PER_EVENT = 0.4
 SPEC_PARTITIONS = 4  # fixed, so the same seed gives the same rows on any machine
 FOLLOW_CHUNK_S = 60.0  # session starts built at once by follow()

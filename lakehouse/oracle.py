@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from lakehouse.contract import EVENT_TYPES
+
 SESSION_GAP = pd.Timedelta(minutes=15)
 SPAN_IDLE = pd.Timedelta(minutes=30)
 ALERT_SPAN = pd.Timedelta(minutes=1)
 ALERT_THRESHOLD = 3
-EVENT_TYPES = ("page_view", "search", "add_to_cart", "purchase")
 
 
 def _utc(column: pd.Series) -> pd.Series:

@@ -53,13 +53,13 @@ import numpy as np
 import pandas as pd
 
 from lakehouse import oracle
+from lakehouse.contract import EVENT_TIME, FIELDS, ID, MANIFEST, REQUIRED
 from lakehouse.errors import LakehouseError
 from lakehouse.monitoring import Drops
 from lakehouse.settings import Settings, duration_seconds
 from lakehouse.status import read_table
 from lakehouse.text import aligned
 
-MANIFEST = "_manifest.json"
 EXAMPLES = 3  # rows shown per kind of difference
 # Doubles are equal when within REL_TOLERANCE of each other, relative to the larger (or
 # ABS_TOLERANCE apart, for values that should be 0): sums and means of doubles computed in
@@ -73,40 +73,6 @@ TOLERANCE_NOTE = (
     "every other value exactly)"
 )
 
-# The contract's fields per source (docs/architecture.md 7): name -> JSON kind.
-FIELDS = {
-    "events": {
-        "event_id": "string",
-        "user_id": "long",
-        "event_type": "string",
-        "page": "string",
-        "amount": "double",
-        "event_time": "time",
-        "device": "string",
-        "country": "string",
-    },
-    "impressions": {
-        "impression_id": "string",
-        "ad_id": "long",
-        "campaign_id": "long",
-        "user_id": "long",
-        "impression_time": "time",
-    },
-    "clicks": {
-        "click_id": "string",
-        "impression_id": "string",
-        "ad_id": "long",
-        "user_id": "long",
-        "click_time": "time",
-    },
-}
-REQUIRED = {
-    "events": ("event_id", "user_id", "event_time"),
-    "impressions": ("impression_id", "ad_id", "campaign_id", "user_id", "impression_time"),
-    "clicks": ("click_id", "impression_id", "ad_id", "user_id", "click_time"),
-}
-ID = {"events": "event_id", "impressions": "impression_id", "clicks": "click_id"}
-TIME = {"events": "event_time", "impressions": "impression_time", "clicks": "click_time"}
 CLICK_WINDOW = pd.Timedelta(hours=1)
 _INTEGER = re.compile(r"^\s*[+-]?\d+\s*$")
 _NUMBER = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$")
@@ -464,7 +430,7 @@ def attribution_reference(
     # holds it at 0: then no impression is ever given up on
     sides = (("impressions", impressions), ("clicks", clicks))
     if all(len(frame) for _, frame in sides):
-        final = min(frame[TIME[side]].max() - lateness[side] for side, frame in sides)
+        final = min(frame[EVENT_TIME[side]].max() - lateness[side] for side, frame in sides)
     else:
         final = None
     imp = impressions[["impression_id", "ad_id", "campaign_id", "user_id", "impression_time"]]
