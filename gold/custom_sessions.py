@@ -7,49 +7,30 @@ A session is the same as in :mod:`gold.sessions`: a maximal run of one user's ev
 the watermark reaches its end. Beyond gold.sessions a session row carries its landing and exit
 pages, the first ``max_pages`` pages in order and its counts per event type.
 
-The state is keyed by a bucket of users (``pmod(xxhash64(user_id), buckets)``), not by
-user: each call of the processor then handles the rows of many users at once with numpy, and
-the state calls, each a round trip from the Python worker to the JVM, are paid per bucket.
-Keyed per user the processor ran at a fifth of session_window's throughput, most of it in
-those round trips (see bench/sessions.py). Sessions are still per user.
+State is keyed by a bucket of users (``pmod(xxhash64(user_id), buckets)``), so one call of the
+processor handles many users at once with numpy and pays each state call (a round trip to the
+JVM) per bucket. Events reach it packed, one Arrow IPC blob per bucket and input partition
+(:func:`pack_events`, a stateless ``mapInArrow``); packed rows carry no event-time column, so
+the processor drops late rows itself, by Spark's rule (a row at or behind the watermark of the
+micro-batch before is late), with the watermark each bucket saw at its last call. State per
+bucket:
 
-The events reach the processor packed: a stateless ``mapInArrow`` turns the rows of each input
-partition into one row per bucket holding them as an Arrow IPC blob (:func:`pack_events`).
-PySpark's pandas input path of transformWithState handles every input row in Python (a
-namedtuple, a key tuple and boxed values per row, a DataFrame rebuilt per key): that was more
-than half of the processor's time. Packed rows carry no event-time column, so Spark does not
-filter late rows for the processor: it drops them itself, by Spark's rule (a row at or behind
-the watermark of the micro-batch before is late), with the watermark each bucket saw at its
-last call, kept beside its open sessions. State per bucket:
-
-- ``session`` (ValueState): the open sessions' summaries, by user and start: user, start,
-  last event, events, purchases, revenue, landing and exit page, pages listed so far; the
-  one event-time timer registered; the watermark of the bucket's last call. A user may have
-  several open sessions: those of one micro-batch stay open until the watermark passes each
-  end, because an event arriving later within the lateness may still join two of them.
-- ``pages`` (ListState): the visits worth listing (the first ``max_pages`` pages of each open
-  session), one element per micro-batch: a run of (user, time, page) appended in one call and
-  read only when sessions close.
+- ``session`` (ValueState): the open sessions' summaries by user and start, the one event-time
+  timer registered, the watermark of the bucket's last call. A user may have several open
+  sessions: a later event within the lateness may still join two of them.
+- ``pages`` (ListState): the first ``max_pages`` visits of each open session, one element per
+  micro-batch, read only when sessions close.
 - ``counts`` (MapState): event type -> counts aligned with the open sessions.
-- one event-time timer, at the earliest open end, registered only when that end changes
-  (never deleted and re-registered per row).
+- one event-time timer, at the earliest open end, registered only when that end changes.
 
-No TTL: Spark 4.2 refuses TTL in the EventTime time mode
-(STATEFUL_PROCESSOR_INCORRECT_TIME_MODE_TO_ASSIGN_TTL). Every open session is closed by the
-timer when the watermark passes its end and the timer clears what it closes, so no session
-outlives the watermark (a bucket keeps only its last watermark); gold.purchase_alerts shows
-TTL, in the ProcessingTime mode.
+No TTL: Spark 4.2 refuses TTL in the EventTime time mode; the timer clears every session it
+closes, so none outlives the watermark (gold.purchase_alerts shows TTL, in ProcessingTime).
 
 Each session is written to gold.sessions_custom in the micro-batch whose watermark closes it,
-as gold.sessions writes its own, so after every run both tables hold the same sessions. The
-same micro-batch merges the sessions it closed into gold.session_stats_hourly (per hour of
-session end: counts added, means weighted), so an hour's row appears with its first session
-and is final once the watermark passes the hour's end (``ops.completeness``). The statistics
-used to be a 1-hour window aggregation chained after the processor in append mode: each
-session then waited for its hour to close (up to an hour after gold.sessions had it), and the
-aggregation held every session of the open hours in its state. Spark 4.2 also runs that chain
-in update mode, but each micro-batch then re-emits the whole list of every open hour's
-sessions (bench/session_designs.py measures the three designs; figures in bench/RESULTS.md).
+as gold.sessions writes its own, and the same micro-batch merges it into
+gold.session_stats_hourly (per hour of session end: counts added, means weighted), whose row
+is final once the watermark passes the hour's end (``ops.completeness``). Why this design and
+not a chained window aggregation: bench/session_designs.py and bench/RESULTS.md.
 """
 
 from __future__ import annotations

@@ -70,13 +70,11 @@ DEFAULT_START = "2026-01-05T08:00:00Z"
 IMPRESSIONS_PER_EVENT = 0.4
 SPEC_PARTITIONS = 4  # fixed, so the same seed gives the same rows on any machine
 FOLLOW_CHUNK_S = 60.0  # session starts built at once by follow()
-# Session starts before a follow run begins whose later events it sends: 0.5 % of the events of
-# a session come more than 2 hours after its start (28 % more than 15 minutes, the warm-up
-# before, which sent 73 % of the rate at the start and 85 % after 10 minutes)
+# Session starts before a follow run begins whose later events it sends (0.5 % of a session's
+# events come more than 2 hours after its start)
 FOLLOW_WARMUP_S = 2 * 3600
-# The warm-up is built this many events at a time (those before the start dropped): 2 hours at
-# once is 14.4 million events at 2,000 per second, and 15 minutes at 4,000 per second (3.6
-# million) ran the driver (1 GiB) out of memory collecting the lines
+# the warm-up is built this many events at a time (those before the start dropped), so that
+# the driver never collects millions of lines at once
 FOLLOW_BUILD_MAX_EVENTS = 1_000_000
 FOLLOW_JITTER_S = 300  # a smaller jitter of session starts: fewer candidates per minute built
 

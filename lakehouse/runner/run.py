@@ -217,8 +217,9 @@ class _Run:
                 raise
 
     def wait(self) -> None:
-        """Until the flows are done, or one ended (continuous), or a stop was requested: then
-        each is stopped once its current micro-batch committed."""
+        """Until the flows are done (available-now), or every flow ended for good
+        (continuous), or a stop was requested: then each is stopped once its current
+        micro-batch committed."""
         _wait(
             self.spark,
             self.queries.current,
