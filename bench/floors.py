@@ -217,7 +217,7 @@ def contract_gold(spark: SparkSession, base: Settings, work: Path) -> dict[str, 
 
 def _sessions(ev: DataFrame, max_pages: int) -> DataFrame:
     """gold.sessions_custom's columns from session windows of 15 minutes."""
-    from gold.custom_sessions import EVENT_TYPES
+    from gold.sessions_custom import EVENT_TYPES
 
     visits = F.array_sort(F.collect_list(F.struct("event_time", "page")))
     counts = F.map_filter(

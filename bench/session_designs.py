@@ -59,7 +59,7 @@ def chained(events, *, watermark: str, update: bool):
     """The processor chained into the hourly aggregation holding the hour's sessions."""
     from pyspark.sql import functions as F
 
-    from gold import custom_sessions as cs
+    from gold import sessions_custom as cs
     from lakehouse.settings import duration_seconds
 
     processor = cs.SessionProcessor(duration_seconds(cs.GAP) * 1000, cs.MAX_PAGES)
@@ -86,7 +86,7 @@ def run_design(spark, settings, design: str) -> dict:
     """One design on a fresh gold: its figures (see the module docstring)."""
     from pyspark.sql import functions as F
 
-    from gold import custom_sessions as cs
+    from gold import sessions_custom as cs
     from lakehouse.checkpoints import app_id
     from lakehouse.runner import pipeline, run_flows
     from lakehouse.storage import table_store

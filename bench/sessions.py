@@ -124,16 +124,16 @@ def _profile(once, folder: Path) -> None:
     workers; prints the functions that took the most time, summed over the workers."""
     import pstats
 
-    from gold import custom_sessions
+    from gold import sessions_custom
 
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    original = custom_sessions.SessionProcessor
-    custom_sessions.SessionProcessor = _profiled(original, str(folder))
+    original = sessions_custom.SessionProcessor
+    sessions_custom.SessionProcessor = _profiled(original, str(folder))
     try:
         elapsed, _ = once("gold.sessions_custom")
     finally:
-        custom_sessions.SessionProcessor = original
+        sessions_custom.SessionProcessor = original
     dumps = sorted(str(p) for p in folder.glob("*.prof"))
     print(f"profiled run: {elapsed:.1f} s; {len(dumps)} worker profiles")
     if dumps:

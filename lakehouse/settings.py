@@ -267,7 +267,7 @@ class GoldSettings:
     session_buckets: int = 64
     # gold.user_activity_spans keys its state by bucket of users too: one call per bucket
     span_buckets: int = 64
-    # a table of open sessions (gold.custom_sessions.SEED_SCHEMA) the first run of
+    # a table of open sessions (gold.sessions_custom.SEED_SCHEMA) the first run of
     # gold.sessions_custom starts from, e.g. when migrating from another job; "" = none
     sessions_seed_table: str = ""
 

@@ -8,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from gold.ads import SCHEMA as ADS_SCHEMA
+from gold.ad_performance_hourly import SCHEMA as ADS_SCHEMA
 from gold.sessions import SCHEMA as SESSIONS_SCHEMA
 from lakehouse.monitoring import COMPLETENESS_SCHEMA, COMPLETENESS_TABLE
 from lakehouse.storage.deltafiles import append_rows

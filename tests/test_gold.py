@@ -181,7 +181,7 @@ def test_hourly_activity_chains_5_minute_windows_into_hours(spark, settings, sto
     )
 
 
-def test_custom_sessions_match_session_window_and_add_pages_counts_and_hourly_stats(
+def test_sessions_custom_match_session_window_and_add_pages_counts_and_hourly_stats(
     spark, settings, store
 ):
     """The deliveries of the session_window test, with pages and event types, through

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from gold.custom_sessions import SessionProcessor, pack_frame, state_columns
+from gold.sessions_custom import SessionProcessor, pack_frame, state_columns
 
 T = pd.Timestamp("2026-01-05 10:00")
 MINUTE = 60_000
@@ -314,7 +314,7 @@ def _purchases(*rows):
 
 
 def _alerts_tester():
-    from gold.alerts import PurchaseAlertProcessor
+    from gold.purchase_alerts import PurchaseAlertProcessor
 
     return TwsTester(PurchaseAlertProcessor(3_600_000, 10 * MINUTE), timeMode="ProcessingTime")
 
@@ -362,7 +362,7 @@ def test_the_spans_of_a_bucket_of_users_merge_across_calls():
     rows become spans per user (a gap of more than 30 minutes starts another), and the spans
     of two calls merge per user when at most 30 minutes apart; per event type, first and last
     event and count."""
-    from gold.spans import merge, new_spans
+    from gold.user_activity_spans import merge, new_spans
 
     idle = 30 * MINUTE
 

@@ -236,7 +236,7 @@ def test_a_table_whose_columns_changed_is_rebuilt_with_its_new_schema(
 ):
     """gold.user_activity_spans gained span_end: a lake written before has the old columns;
     the next run says to refresh, and the refresh rebuilds it with the new ones."""
-    from gold.spans import FLOW as SPANS
+    from gold.user_activity_spans import FLOW as SPANS
     from silver.events import SCHEMA as EVENTS
 
     t = dt.datetime(2026, 1, 5, 10, 0, tzinfo=dt.UTC)

@@ -107,7 +107,7 @@ def test_state_shows_rows_per_partition_and_timers_of_each_state_variable(
     """gold.sessions_custom after one micro-batch of users 1, 2 and 3, every session still
     open: per bucket one ValueState row, one ListState element (that batch's pages), one
     MapState entry (page views only) and one timer."""
-    from gold.custom_sessions import bucket
+    from gold.sessions_custom import bucket
 
     flow = _flow("gold.sessions_custom")
     assert main(["state", flow.name, "--root", str(settings.root), "--profile", "test"]) == 2

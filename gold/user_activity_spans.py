@@ -35,7 +35,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from gold.custom_sessions import bucket
+from gold.sessions_custom import bucket
 from lakehouse import oracle
 from lakehouse.flows import Flow, Output, Reference, TableInput
 from lakehouse.settings import duration_seconds
