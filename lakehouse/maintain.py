@@ -1,9 +1,12 @@
 """``lakehouse maintain``: compact small files, checkpoint the log, vacuum old files.
 
 With delta-spark: ``OPTIMIZE`` (Z-ordered by the columns a table declares in
-``Output.zorder_by``), a log checkpoint, ``VACUUM``. Safe beside running streams: compaction
-commits with ``dataChange=false`` (stream readers skip it) and does not conflict with appends,
-and vacuum only deletes files unreferenced for longer than the retention.
+``Output.zorder_by``), a log checkpoint, ``VACUUM``. Safe beside streams that read a table:
+compaction commits with ``dataChange=false`` (stream readers skip it), and vacuum only deletes
+files unreferenced for longer than the retention. A table is maintained holding the run locks
+of the flows that write it (:mod:`lakehouse.locks`; every flow's for an ops table): on a local
+file system a Delta commit is only safe against writers of the same JVM, so a table whose
+writer is running in another process is reported as failed, naming that run, and left alone.
 
 The retention a table is vacuumed with is never shorter than its readers need: each streaming
 checkpoint of the lake (``checkpoints/``, a refresh's staging ones) whose offsets read the
@@ -33,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from lakehouse.errors import LakehouseError
+from lakehouse.locks import flow_locks
 from lakehouse.settings import LAYERS, Settings
 from lakehouse.storage import deltafiles as dfiles
 from lakehouse.storage.deltafiles import TableNotFound
@@ -192,6 +196,16 @@ def _remove_empty_folders(root: Path) -> None:
                 os.rmdir(folder)
 
 
+def writer_locks(settings: Settings, table: str) -> list[tuple[str, Path]]:
+    """The run locks (flow, checkpoint) of the flows that write ``table``: of every flow for
+    an ops table, which every run writes; none for a table no flow declares."""
+    from lakehouse.runner import pipeline
+
+    graph = pipeline()
+    writers = graph.flows if table.startswith("ops.") else graph.writers(table)
+    return [(f.name, settings.checkpoint_path(f.layer, f.flow)) for f in writers]
+
+
 def zorder_columns() -> dict[str, tuple[str, ...]]:
     """Per table, the columns its declaration asks maintenance to Z-order its files by."""
     from lakehouse.runner import pipeline
@@ -322,12 +336,15 @@ def maintain(
     reports, failed = [], []
     for name, path in found.items():
         try:
-            readers = unread.get(_table_id(path), [])
-            reports.append(
-                maintain_table(
-                    spark, name, path, settings, zorder.get(name, ()), readers, force=force
+            # never a commit beside another process's: a Delta commit on a local file system
+            # is safe only against writers in the same JVM
+            with flow_locks(writer_locks(settings, name)):
+                readers = unread.get(_table_id(path), [])
+                reports.append(
+                    maintain_table(
+                        spark, name, path, settings, zorder.get(name, ()), readers, force=force
+                    )
                 )
-            )
         except Exception as exc:
             failed.append(name)
             print(f"maintain: {name} failed: {first_line(exc)}", file=err, flush=True)

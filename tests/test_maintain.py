@@ -209,3 +209,52 @@ def test_vacuum_with_0_hours_beside_a_lagging_reader_keeps_what_it_has_not_read(
     run_layers(spark, settings, ["silver", "gold"], out=io.StringIO())
     out = io.StringIO()
     assert run_verify(settings, out) == 0, out.getvalue()
+
+
+def test_maintain_leaves_a_table_whose_writer_runs_in_another_process(
+    spark, store, settings, capsys
+):
+    """maintain holds the run lock of a table's writers while it commits: with gold.sessions'
+    flow running in another process (holding its lock), gold.sessions is reported and left as
+    it was, the other tables are maintained, and maintain exits 1."""
+    import re
+    import subprocess
+    import sys
+
+    schema = "user_id long, n long"
+    for users in ([5, 1], [3, 2]):
+        store.write(spark.createDataFrame([(u, u) for u in users], schema), "gold.sessions")
+        store.write(spark.createDataFrame([(u, u) for u in users], schema), "gold.alerts_kept")
+    checkpoint = settings.checkpoint_path("gold", "sessions")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; from pathlib import Path; from lakehouse.locks import flow_locks\n"
+            f"with flow_locks([('gold.sessions', Path({str(checkpoint)!r}))]):\n"
+            "    print('held', flush=True); time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        version = dfiles.latest_version(store.path("gold.sessions"))
+        capsys.readouterr()
+        code = main(["maintain", "--root", str(settings.root), "--profile", "test"])
+        out, err = capsys.readouterr()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 1
+    busy, error = err.splitlines()
+    assert re.fullmatch(
+        rf"maintain: gold\.sessions failed: flow gold\.sessions is already running on this lake "
+        rf"\(process {holder.pid} on .+\); wait for that run to end, or stop it, before "
+        r"starting another",
+        busy,
+    ), busy
+    assert error.startswith("lakehouse: error: maintain failed for 1 table(s): gold.sessions")
+    assert dfiles.latest_version(store.path("gold.sessions")) == version  # not one commit
+    (kept,) = [line.split() for line in out.splitlines() if line.startswith("gold.alerts_kept ")]
+    assert kept[4:7] == ["2", "->", "1"]
