@@ -198,8 +198,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, extra)
     if args.full_refresh or args.full_refresh_all:
         return _full_refresh(args, settings)
-    if args.allow_shrink:
-        raise UsageError("--allow-shrink goes with --full-refresh or --full-refresh-all")
+    for flag in ("allow_shrink", "with_downstream"):
+        if getattr(args, flag):
+            raise UsageError(
+                f"--{flag.replace('_', '-')} goes with --full-refresh or --full-refresh-all"
+            )
     if args.layer is None:
         raise UsageError("give --layer (bronze, silver, gold or all), or --full-refresh TABLE")
     layers = declared_layers() if args.layer == "all" else [args.layer]
@@ -231,7 +234,7 @@ def _print_reports(reports) -> None:
 
 def _full_refresh(args: argparse.Namespace, settings) -> int:
     """``lakehouse run --full-refresh TABLE`` / ``--layer L --full-refresh-all``."""
-    from lakehouse.refresh import flows_writing, refresh
+    from lakehouse.refresh import flows_writing, refresh, with_downstream
     from lakehouse.runner import declared_layers, layer_flows
     from lakehouse.settings import split_table_name
 
@@ -246,11 +249,22 @@ def _full_refresh(args: argparse.Namespace, settings) -> int:
         for table in args.full_refresh:
             split_table_name(table)  # a malformed name fails before Spark starts
         groups = [flows_writing(args.full_refresh)]
+    if args.with_downstream:
+        groups = with_downstream([f for group in groups for f in group])
+        print(
+            "full refresh with downstream: "
+            + "; then ".join(", ".join(f.name for f in group) for group in groups)
+        )
     with spark_session(settings, "lakehouse-refresh") as spark:
         reports = []
         for flows in groups:  # layer by layer: a layer reads what the one before rebuilt
             reports += refresh(
-                spark, settings, flows, out=sys.stdout, allow_shrink=args.allow_shrink
+                spark,
+                settings,
+                flows,
+                out=sys.stdout,
+                allow_shrink=args.allow_shrink,
+                quiet_downstream=args.with_downstream,
             )
     _print_reports(reports)
     return 0
@@ -620,6 +634,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--full-refresh-all",
         action="store_true",
         help="rebuild every table of --layer that way",
+    )
+    p.add_argument(
+        "--with-downstream",
+        action="store_true",
+        help="with --full-refresh(-all): rebuild the tables built from the rebuilt ones too, "
+        "layer by layer (without it they keep what they were built from, and their flows go on "
+        "with what comes after the rewrite)",
     )
     p.add_argument(
         "--allow-shrink",

@@ -65,6 +65,23 @@ def downstream(flows: Sequence[Flow]) -> list[str]:
     return pipeline().downstream([o.table for f in flows for o in f.outputs])
 
 
+def with_downstream(flows: Sequence[Flow]) -> list[list[Flow]]:
+    """``flows`` and the flows that read, directly or not, what they write, grouped by layer
+    in pipeline order: a layer's refresh reads what the one before rebuilt."""
+    graph = pipeline()
+    chosen = {f.name for f in flows}
+    frontier = {o.table for f in flows for o in f.outputs}
+    while frontier:
+        readers = {r.name for t in frontier for r in graph.readers(t)} - chosen
+        chosen |= readers
+        frontier = {o.table for name in readers for o in graph.flow(name).outputs}
+    return [
+        [f for f in graph.layer(layer) if f.name in chosen]
+        for layer in graph.layers
+        if any(f.name in chosen for f in graph.layer(layer))
+    ]
+
+
 def refresh(
     spark: SparkSession,
     settings: Settings,
@@ -72,10 +89,12 @@ def refresh(
     *,
     out: TextIO,
     allow_shrink: bool = False,
+    quiet_downstream: bool = False,
 ) -> list[FlowReport]:
     """Rebuild what ``flows`` write (see the module docstring); their reports. Unless
     ``allow_shrink``, refuse (before anything is switched) a rebuild that would leave a table
-    with fewer rows than it has (:func:`check_shrink`)."""
+    with fewer rows than it has (:func:`check_shrink`). ``quiet_downstream``: the tables built
+    from the rebuilt ones are being refreshed too (not named)."""
     from lakehouse.runner import run_flows
     from lakehouse.storage import table_store
 
@@ -110,10 +129,11 @@ def refresh(
         write_marker(base, {"id": base.name, "flows": [f.name for f in flows]})
         switch(store, settings, base, out)
     later = downstream(flows)
-    if later:
+    if later and not quiet_downstream:
         print(
-            "tables built from the rebuilt ones keep what they were built from; refresh them "
-            f"too for them to follow: {', '.join(later)}",
+            "tables built from the rebuilt ones keep what they were built from (their flows "
+            "skip the rewrite and go on with what comes after it); refresh them too for them "
+            f"to follow, or give --with-downstream: {', '.join(later)}",
             file=out,
         )
     return reports

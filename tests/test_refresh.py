@@ -124,8 +124,9 @@ def test_a_shared_table_keeps_the_other_flows_rows_and_downstream_is_named(
     assert "  silver.events: switched to 796 rebuilt rows; it had 796" in out
     gold = [o.table for f in layer_flows("gold") for o in f.outputs]
     assert (
-        "tables built from the rebuilt ones keep what they were built from; refresh them "
-        f"too for them to follow: {', '.join(sorted(gold))}"
+        "tables built from the rebuilt ones keep what they were built from (their flows skip "
+        "the rewrite and go on with what comes after it); refresh them too for them to follow, "
+        f"or give --with-downstream: {', '.join(sorted(gold))}"
     ) in out
     assert {t: _rows(settings, t) for t in tables} == before
 
@@ -320,4 +321,34 @@ def test_allow_shrink_goes_with_a_full_refresh(settings, capsys):
     assert (code, out) == (
         2,
         ["lakehouse: error: --allow-shrink goes with --full-refresh or --full-refresh-all"],
+    )
+
+
+def test_downstream_flows_go_on_after_a_refresh_or_are_rebuilt_with_it(spark, lake, capsys):
+    """After a full refresh of silver.events, the gold flows that read it skip its rewrite and
+    go on (before, they failed on 'Detected a data update'); --with-downstream rebuilds them
+    too, layer by layer, to the same rows."""
+    settings = lake
+    before = {t: _rows(settings, t) for t in ("gold.sessions", "gold.sessions_custom")}
+    code, out = _run(settings, capsys, "--full-refresh", "silver.events")
+    assert code == 0, out
+    gold = [_gold("gold.sessions"), _gold("gold.sessions_custom")]
+    reports = run_flows(spark, settings, gold, out=io.StringIO())
+    assert [(r.flow, r.error, r.input_rows) for r in reports] == [
+        ("gold.sessions", None, 0),
+        ("gold.sessions_custom", None, 0),
+    ]
+    assert {t: _rows(settings, t) for t in before} == before
+
+    code, out = _run(settings, capsys, "--full-refresh", "silver.events", "--with-downstream")
+    assert code == 0, out
+    readers = [f.name for f in layer_flows("gold") if f.name not in ("gold.ad_performance_hourly",)]
+    assert out[0] == (f"full refresh with downstream: silver.events; then {', '.join(readers)}")
+    assert "  gold.sessions: switched to 47 rebuilt rows; it had 47" in out
+    assert not any(line.startswith("tables built from the rebuilt ones") for line in out)
+    assert {t: _rows(settings, t) for t in before} == before
+    code, out = _run(settings, capsys, "--layer", "gold", "--with-downstream")
+    assert code == 2
+    assert out[-1] == (
+        "lakehouse: error: --with-downstream goes with --full-refresh or --full-refresh-all"
     )

@@ -170,9 +170,12 @@ class TableStore:
     ) -> DataFrame:
         """Table ``name`` as a stream: from ``starting_version`` on, commit by commit, or else
         (Delta's default) its snapshot first, then the commits after it. Either only for a
-        checkpoint's first start: a restart goes on from the checkpoint's offsets."""
+        checkpoint's first start: a restart goes on from the checkpoint's offsets. A commit
+        that removes rows (a full refresh's overwrite of the table) is skipped: the stream
+        keeps what it read and goes on with the appends after it (a full refresh of the
+        reader's own tables, ``--with-downstream``, follows the rebuilt rows)."""
         path = self.require(name)
-        reader = self.spark.readStream.format("delta")
+        reader = self.spark.readStream.format("delta").option("skipChangeCommits", "true")
         if starting_version is not None:
             reader = reader.option("startingVersion", str(starting_version))
         limit = max_files_per_trigger or self.settings.trigger.max_files_per_trigger
