@@ -437,7 +437,11 @@ def test_kill_9_in_the_middle_of_spark_submit_then_rerun(spark, settings, store)
             "silver",
             "input table bronze.impressions does not exist at {root}/tables/bronze/impressions",
         ),
-        ("gold", "input table silver.events does not exist at {root}/tables/silver/events"),
+        (
+            "gold",
+            "input table silver.ad_attribution does not exist at "
+            "{root}/tables/silver/ad_attribution",
+        ),
     ],
 )
 def test_spark_submit_job_runs_the_layer(settings, tmp_path, layer, message):
@@ -472,8 +476,8 @@ def test_run_a_layer_before_its_input_exists_gets_one_line(tmp_path, capsys):
 
     args = ["run", "--layer", "gold", "--root", str(tmp_path), "--profile", "test"]
     assert main(args) == 2
-    table = tmp_path / "tables" / "silver" / "events"
+    table = tmp_path / "tables" / "silver" / "ad_attribution"
     assert capsys.readouterr().err == (
-        f"lakehouse: error: input table silver.events does not exist at {table}; "
+        f"lakehouse: error: input table silver.ad_attribution does not exist at {table}; "
         "run the layer that writes it first\n"
     )

@@ -164,8 +164,10 @@ def test_a_layer_submitted_from_the_package_runs_on_spark_submits_master(tmp_pat
     )  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 2, output[-3000:]
-    table = settings.root / "tables" / "silver" / "events"
-    assert f"lakehouse: error: input table silver.events does not exist at {table}" in output
+    table = settings.root / "tables" / "silver" / "ad_attribution"
+    assert (
+        f"lakehouse: error: input table silver.ad_attribution does not exist at {table}" in output
+    )
     assert [line for line in output.splitlines() if " INFO " in line] == []
     (log,) = events.iterdir()  # Spark 4.2's rolling event log: a folder of events_* files
     lines = [

@@ -222,9 +222,10 @@ def test_maintain_leaves_a_table_whose_writer_runs_in_another_process(
     import sys
 
     schema = "user_id long, n long"
-    for users in ([5, 1], [3, 2]):
-        store.write(spark.createDataFrame([(u, u) for u in users], schema), "gold.sessions")
-        store.write(spark.createDataFrame([(u, u) for u in users], schema), "gold.alerts_kept")
+    for users in ([5, 1], [3, 2]):  # a file per write
+        rows = spark.createDataFrame([(u, u) for u in users], schema).coalesce(1)
+        store.write(rows, "gold.sessions")
+        store.write(rows, "gold.alerts_kept")
     checkpoint = settings.checkpoint_path("gold", "sessions")
     holder = subprocess.Popen(
         [
