@@ -273,8 +273,10 @@ def test_a_broker_stopped_under_continuous_bronze_fails_it_and_a_restart_resumes
     spark, settings, tmp_path
 ):
     """Bronze runs continuously; the broker stops: each flow fails once its calls time out
-    (kafka.api_timeout_s, 3 tries), with one line. The broker back, more records produced,
-    bronze run again: every table equals its reference, nothing lost or read twice."""
+    (kafka.api_timeout_s, 3 tries), is started again alone after trigger.restart_delay, fails
+    again and stops for good, and the run ends with one line. The broker back, more records
+    produced, bronze run again: every table equals its reference, nothing lost or read
+    twice."""
     port = free_port()
     broker = kafka.Broker(tmp_path / "broker", port)
     kafka.start(broker)
@@ -287,6 +289,8 @@ def test_a_broker_stopped_under_continuous_bronze_fails_it_and_a_restart_resumes
             "LAKEHOUSE_KAFKA__BOOTSTRAP_SERVERS": broker.bootstrap,
             "LAKEHOUSE_KAFKA__API_TIMEOUT_S": "5",
             "LAKEHOUSE_TRIGGER__INTERVAL": "1 second",
+            "LAKEHOUSE_TRIGGER__RESTARTS": "1",
+            "LAKEHOUSE_TRIGGER__RESTART_DELAY": "1 second",
         }
         command = [sys.executable, "-m", "lakehouse.cli", "run", "--layer", "bronze"]
         command += ["--trigger", "continuous", "--root", str(lake.root), "--profile", "test"]
@@ -311,6 +315,13 @@ def test_a_broker_stopped_under_continuous_bronze_fails_it_and_a_restart_resumes
             last,
         ), last
         assert "NetworkClient" not in err  # no reconnection warnings, several a second
+        for flow in ("events", "impressions", "clicks"):
+            said = [line for line in err.splitlines() if line.startswith(f"flow bronze.{flow} ")]
+            assert len(said) == 2, said
+            assert said[0].endswith(
+                "; starting it again alone in 1 s (1 of 1), the other flows run on"
+            )
+            assert said[1].startswith(f"flow bronze.{flow} failed for good after 1 restart(s): ")
 
         kafka.start(broker)
         _produce(spark, lake, events=300)  # a second run of the generator, while it was down
