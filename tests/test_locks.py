@@ -6,11 +6,9 @@ from __future__ import annotations
 import io
 import re
 import socket
-import subprocess
-import sys
 
 import pytest
-from probe_flows import probe_flow, write_probe
+from probe_flows import lock_holder, probe_flow, write_probe
 from pyspark.sql import functions as F
 
 from lakehouse.locks import FlowRunning
@@ -28,19 +26,8 @@ def test_a_second_run_is_refused_and_a_killed_run_blocks_nothing(spark, settings
     write_probe(settings, [{"id": "a"}])
     checkpoint = settings.checkpoint_path("gold", "lock_probe")
     # another process runs the flow (holds its lock), until it is killed
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time; from pathlib import Path; from lakehouse.locks import flow_locks\n"
-            f"with flow_locks([('gold.lock_probe', Path({str(checkpoint)!r}))]):\n"
-            "    print('held', flush=True); time.sleep(600)",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = lock_holder("gold.lock_probe", checkpoint)
     try:
-        assert holder.stdout.readline() == "held\n"
         with pytest.raises(FlowRunning) as refused:
             run_flows(spark, settings, [_probe()], out=io.StringIO())
         assert re.fullmatch(
