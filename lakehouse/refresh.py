@@ -69,12 +69,9 @@ def with_downstream(flows: Sequence[Flow]) -> list[list[Flow]]:
     """``flows`` and the flows that read, directly or not, what they write, grouped by layer
     in pipeline order: a layer's refresh reads what the one before rebuilt."""
     graph = pipeline()
-    chosen = {f.name for f in flows}
-    frontier = {o.table for f in flows for o in f.outputs}
-    while frontier:
-        readers = {r.name for t in frontier for r in graph.readers(t)} - chosen
-        chosen |= readers
-        frontier = {o.table for name in readers for o in graph.flow(name).outputs}
+    rebuilt = [o.table for f in flows for o in f.outputs]
+    read = [*rebuilt, *graph.downstream(rebuilt)]
+    chosen = {f.name for f in flows} | {r.name for t in read for r in graph.readers(t)}
     return [
         [f for f in graph.layer(layer) if f.name in chosen]
         for layer in graph.layers

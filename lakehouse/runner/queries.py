@@ -139,11 +139,9 @@ def input_starts(store: TableStore, flow: Flow, checkpoint: Path) -> dict[str, i
     a query whose last batch read it, 5 to 9 s for gold's queries); else (None) Delta's
     default, its snapshot first. Decided at the checkpoint's first start and kept in it: a
     restart must plan and replay its first batch as it was planned."""
-    recorded = checkpoints.input_starts(checkpoint)
-    if recorded is not None and checkpoints.planned_batches(checkpoint):
-        return recorded
     if checkpoints.planned_batches(checkpoint):
-        return {}  # started before starts were recorded: from the snapshot, as it did
+        # as its batches were planned (none recorded: it started from the snapshots)
+        return checkpoints.input_starts(checkpoint) or {}
     starts = {
         table: (0 if dfiles.appends_only(store.path(table)) else None)
         for table in (_table_of(source) for source in flow.inputs)

@@ -430,11 +430,12 @@ class TableStore:
 
         What ``txnAppId``/``txnVersion`` do, without their price: delta-spark looks the app's
         version up in the snapshot's reconstructed state, three Spark jobs over the log per
-        write (most of a small append's time). The version is read here from the snapshot's checksum file (``.crc``), which delta-spark keeps with every
-        commit, and from the reconstructed state only when the checksum lacks it. The app id
-        is registered as read, so a concurrent commit by the same app still conflicts. A batch
-        that writes no rows commits nothing: its replay writes no rows either, or writes rows
-        no earlier attempt did. ``order_by``: see :meth:`TableStore.write`."""
+        write (most of a small append's time). The version is read here from the snapshot's
+        checksum file (``.crc``), which delta-spark keeps with every commit, and from the
+        reconstructed state only when the checksum lacks it. The app id is registered as read,
+        so a concurrent commit by the same app still conflicts. A batch that writes no rows
+        commits nothing: its replay writes no rows either, or writes rows no earlier attempt
+        did. ``order_by``: see :meth:`TableStore.write`."""
         jvm = self.spark._jvm
         delta = jvm.org.apache.spark.sql.delta
         jtxn = self._transaction(name)
