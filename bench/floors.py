@@ -83,9 +83,10 @@ def _checked(rows: DataFrame, rules, table: str, work: Path, written: dict) -> D
     )
     results = validate(flagged.drop("_failed_rules"), rules, table, 0)
     if results is not None:
-        written[RESULTS_TABLE] = written.get(RESULTS_TABLE, 0) + _delta(
-            results, _table(work, RESULTS_TABLE)
-        )
+        from deltalake import write_deltalake
+
+        write_deltalake(str(_table(work, RESULTS_TABLE)), results, mode="append")
+        written[RESULTS_TABLE] = written.get(RESULTS_TABLE, 0) + results.num_rows
     return flagged.where(~dropped(rules))
 
 

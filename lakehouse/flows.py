@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from lakehouse.settings import LAYERS, Settings, split_table_name
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
 
 T = TypeVar("T")
-SideOutputs = dict[str, "DataFrame | Future[DataFrame | None]"]
+# rows for other tables: a DataFrame, or Arrow rows (small: appended with delta-rs)
+SideOutputs = dict[str, "DataFrame | pa.Table | Future[DataFrame | pa.Table | None]"]
 
 
 def in_background(fn: Callable[[], T]) -> Future[T]:

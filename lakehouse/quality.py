@@ -34,6 +34,7 @@ from lakehouse.errors import LakehouseError
 from lakehouse.settings import duration_seconds
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
 
 CHECKS = ("not_null", "null", "in_set", "between", "regex", "not_after_now")
@@ -222,31 +223,24 @@ _GX: dict[str, Any] = {}
 _GX_CREATE = threading.Lock()  # held only while a context and its data source are created
 
 
-def results_schema():
-    from pyspark.sql.types import (
-        BooleanType,
-        DoubleType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
+def results_schema() -> pa.Schema:
+    """ops.quality_results' columns: one row per rule and validated micro-batch."""
+    import pyarrow as pa
 
-    return StructType(
+    return pa.schema(
         [
-            StructField("table", StringType()),
-            StructField("batch_id", LongType()),
-            StructField("validated_at", TimestampType()),
-            StructField("rule", StringType()),
-            StructField("action", StringType()),
-            StructField("expectation", StringType()),
-            StructField("column", StringType()),
-            StructField("success", BooleanType()),
-            StructField("element_count", LongType()),
-            StructField("unexpected_count", LongType()),
-            StructField("unexpected_percent", DoubleType()),
-            StructField("error", StringType()),
+            ("table", pa.string()),
+            ("batch_id", pa.int64()),
+            ("validated_at", pa.timestamp("us", tz="UTC")),
+            ("rule", pa.string()),
+            ("action", pa.string()),
+            ("expectation", pa.string()),
+            ("column", pa.string()),
+            ("success", pa.bool_()),
+            ("element_count", pa.int64()),
+            ("unexpected_count", pa.int64()),
+            ("unexpected_percent", pa.float64()),
+            ("error", pa.string()),
         ]
     )
 
@@ -348,7 +342,7 @@ def validate(
     table: str,
     batch_id: int,
     pandas_max_rows: int = PANDAS_MAX_ROWS,
-) -> DataFrame | None:
+) -> pa.Table | None:
     """Validate a (cached) micro-batch with great-expectations: one result row per rule, or
     None for a batch of no rows. Up to ``pandas_max_rows`` rows on GX's pandas engine (Spark
     collects the columns the rules read, with their ``when`` conditions evaluated; a column
@@ -363,9 +357,7 @@ def validate(
     _context, definition = _batch_definition(table, engine)
     suite = gx_suite(rules, now, table, engine, batch.columns)
     if engine == "spark":
-        return _results(
-            batch.sparkSession, rules, table, batch_id, now, _report(definition, suite, batch)
-        )
+        return _results(rules, table, batch_id, now, _report(definition, suite, batch))
     when = _when_columns(rules, batch.columns)
     presence = {r.column for r in rules} - {r.column for r in rules if r.check not in PRESENCE}
     columns = [
@@ -374,9 +366,7 @@ def validate(
     ]
     conditions = [r.applies().alias(when[r.name]) for r in rules if r.when]
     data = _pandas(batch.select(*columns, *conditions))
-    return _results(
-        batch.sparkSession, rules, table, batch_id, now, _report(definition, suite, data)
-    )
+    return _results(rules, table, batch_id, now, _report(definition, suite, data))
 
 
 def gx_suite(rules: Sequence[Rule], now: dt.datetime, table: str, engine: str, columns):
@@ -398,8 +388,10 @@ def _report(definition, suite, data):
     )
 
 
-def _results(spark, rules, table, batch_id, now, report) -> DataFrame:
+def _results(rules, table, batch_id, now, report) -> pa.Table:
     """One ops.quality_results row per rule from GX's report of a batch."""
+    import pyarrow as pa
+
     by_name = {r.name: r for r in rules}
     rows = []
     for result in report.results:  # matched by name: failed metrics come first
@@ -407,11 +399,14 @@ def _results(spark, rules, table, batch_id, now, report) -> DataFrame:
         rule = by_name[config.meta["rule"]]
         percent = out.get("unexpected_percent")
         rows.append(
-            (table, batch_id, now, rule.name, rule.action, config.type, rule.column,
-             bool(result.success), out.get("element_count"), out.get("unexpected_count"),
-             None if percent is None else float(percent), _error(result))
+            {"table": table, "batch_id": batch_id, "validated_at": now, "rule": rule.name,
+             "action": rule.action, "expectation": config.type, "column": rule.column,
+             "success": bool(result.success), "element_count": out.get("element_count"),
+             "unexpected_count": out.get("unexpected_count"),
+             "unexpected_percent": None if percent is None else float(percent),
+             "error": _error(result)}
         )  # fmt: skip
-    return spark.createDataFrame(rows, results_schema())
+    return pa.Table.from_pylist(rows, results_schema())
 
 
 def check_batch(
@@ -421,20 +416,18 @@ def check_batch(
     rules), the fail rules on the kept rows, before anything is written; then, in the
     background while the batch is written, great-expectations' results on every input row,
     kept or quarantined (none for parts without rows: a no-data batch only moves the
-    watermark), as side rows for ops.quality_results."""
-    from functools import reduce
-
-    from pyspark.sql import DataFrame
+    watermark), as side rows for ops.quality_results (Arrow: appended without a Spark job)."""
+    import pyarrow as pa
 
     from lakehouse.flows import in_background
 
     for kept, _rows, rules in parts:
         enforce_fail_rules(kept, rules, table)
 
-    def results() -> DataFrame | None:
+    def results() -> pa.Table | None:
         found = [validate(rows, rules, table, batch_id) for _kept, rows, rules in parts]
         found = [f for f in found if f is not None]
-        return reduce(DataFrame.unionByName, found) if found else None
+        return pa.concat_tables(found) if found else None
 
     return {RESULTS_TABLE: in_background(results)}
 

@@ -295,8 +295,8 @@ def test_great_expectations_gives_the_same_results_on_pandas_and_on_spark(spark)
     rules = events.rules()
 
     def results(table: str, pandas_max_rows: int) -> list[tuple]:
-        found = quality.validate(batch, rules, table, 7, pandas_max_rows).drop("validated_at")
-        return sorted(tuple(r) for r in found.collect())
+        found = quality.validate(batch, rules, table, 7, pandas_max_rows).drop(["validated_at"])
+        return sorted(tuple(r.values()) for r in found.to_pylist())
 
     on_pandas = results("t.small", quality.PANDAS_MAX_ROWS)
     on_spark = results("t.large", len(rows) - 1)  # one row too many for pandas

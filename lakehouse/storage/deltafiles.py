@@ -160,3 +160,18 @@ def append_rows(root: str | Path, schema: pa.Schema, rows: list[dict[str, Any]])
     from deltalake import write_deltalake
 
     write_deltalake(str(root), pa.Table.from_pylist(rows, schema=schema), mode="append")
+
+
+def append_once(root: str | Path, rows: pa.Table, app_id: str, version: int) -> bool:
+    """Append ``rows`` to the Delta table at ``root`` in a commit that records app transaction
+    (``app_id``, ``version``), unless the table records that version or a later one already
+    (then False): a replayed micro-batch's side rows, without a Spark job."""
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    table = open_table(root)
+    recorded = table.transaction_version(app_id)
+    if recorded is not None and recorded >= version:
+        return False
+    record = CommitProperties(app_transactions=[Transaction(app_id, version)])
+    write_deltalake(table, rows, mode="append", commit_properties=record)
+    return True

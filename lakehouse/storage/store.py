@@ -20,6 +20,8 @@ from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import pyarrow as pa
+
 from lakehouse import checkpoints
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings, TriggerSettings, split_table_name
@@ -279,8 +281,8 @@ class TableStore:
             if missing:
                 raise ValueError(f"key column(s) {', '.join(missing)} of {name} not in the stream")
 
-            def upsert(batch: DataFrame, batch_id: int, rows: int, app_id: str, _clock) -> None:
-                self.upsert(batch, name, keys, app_id, batch_id, rows=rows)
+            def upsert(batch: DataFrame, batch_id: int, counts, app_id: str, _clock) -> None:
+                self.upsert(batch, name, keys, app_id, batch_id, rows=counts[0])
 
             return self._each_batch(writer, checkpoint, query_name, upsert)
         # created first: two queries whose first commits would both create it (two flows into
@@ -295,8 +297,8 @@ class TableStore:
 
         # appends as delta-spark's sink makes them (the app id is the query id, the version
         # the batch id), at the price of an append, not of a state reconstruction
-        def append(batch: DataFrame, batch_id: int, rows: int, app_id: str, _clock) -> None:
-            self._append_once(self._sized(batch, rows), name, app_id, batch_id)
+        def append(batch: DataFrame, batch_id: int, counts, app_id: str, _clock) -> None:
+            self._append_once(self._sized(batch, counts[0]), name, app_id, batch_id)
 
         return self._each_batch(writer, checkpoint, query_name, append)
 
@@ -305,12 +307,14 @@ class TableStore:
         writer,
         checkpoint: str | Path,
         query_name: str | None,
-        write: Callable[[DataFrame, int, int, str, _Clock], None],
+        write: Callable[[DataFrame, int, list[int], str, _Clock], None],
+        count: Callable[[DataFrame, int], list[int]] | None = None,
     ) -> StreamingQuery:
         """Start ``writer``'s query with each micro-batch computed once, in full (persisted:
         the tables' rows come from that one computation, and its stateful operators run, and
-        commit their state, in it), then handed to ``write(batch, batch_id, rows, app_id)``
-        when it has rows (with the clock of its steps). A batch of no rows writes nothing: no Delta transaction, no write
+        commit their state, in it), then handed to ``write(batch, batch_id, counts, app_id,
+        clock)`` when it has rows. ``counts``: ``count(batch, batch_id)``, the batch's rows
+        first (and what else the writer counts in the same job), or the batch's rows alone. A batch of no rows writes nothing: no Delta transaction, no write
         job (a no-data batch that only moved the watermark, a replayed batch's state). Spark
         4.2 fails a foreachBatch whose state stores did not all commit, hence the count even
         of a batch every table already records."""
@@ -324,10 +328,10 @@ class TableStore:
                 clock = _Clock()
                 batch = _cacheable(batch).persist()
                 try:
-                    rows = batch.count()
+                    counts = count(batch, batch_id) if count else [batch.count()]
                     clock.lap("compute")
-                    if rows:
-                        write(batch, batch_id, rows, app_ids[0], clock)
+                    if counts[0]:
+                        write(batch, batch_id, counts, app_ids[0], clock)
                         clock.lap("write")
                     steps.done(batch_id, clock.laps)
                 finally:
@@ -370,21 +374,29 @@ class TableStore:
             split_table_name(route.table)
         rows_per_file = self.settings.write.rows_per_file
 
-        def write_batch(batch: DataFrame, batch_id: int, batch_rows: int, app_id: str, clock):
+        def framed(batch: DataFrame, batch_id: int) -> tuple[DataFrame, list[DataFrame]]:
             late_ms = checkpoints.late_watermark_ms(Path(checkpoint), batch_id)
             batch = with_batch_columns(batch, batch_id, late_ms)
+            return batch, [route_rows(route.rows, batch) for route in routes]
+
+        made: dict[int, tuple[DataFrame, list[DataFrame]]] = {}  # by count for write_batch
+
+        def count(batch: DataFrame, batch_id: int) -> list[int]:
+            # the batch and each route in the job that computes the batch: an empty route is
+            # not written, a small one is one file
+            made.clear()
+            made[batch_id] = framed(batch, batch_id)
+            batch, outs = made[batch_id]
+            return _counts([batch, *outs])
+
+        def write_batch(batch: DataFrame, batch_id: int, counts, app_id: str, clock):
+            batch, outs = made.pop(batch_id)
             side = {}
             try:
                 side = (before_write(batch, batch_id) if before_write else None) or {}
                 clock.lap("before_write")
-                outs = [route_rows(route.rows, batch) for route in routes]
-                # a small batch's routes are counted (one job): an empty one is not written,
-                # a small one is one file; a large batch's empty routes cost little beside it
-                small = batch_rows <= rows_per_file
-                counts = _counts(outs) if small else [None] * len(outs)
-                clock.lap("count")
                 for (name, _, partition_by, event_time, merge), out, rows in zip(
-                    routes, outs, counts, strict=True
+                    routes, outs, counts[1:], strict=True
                 ):
                     if rows == 0:  # no write job, no Delta transaction
                         continue
@@ -393,10 +405,8 @@ class TableStore:
                         failpoint(f"after-write:{name}")
                         continue
                     if event_time:
-                        out = timeorder.clustered(
-                            out, event_time, rows or batch_rows, rows_per_file
-                        )
-                    elif small:
+                        out = timeorder.clustered(out, event_time, rows, rows_per_file)
+                    else:
                         out = self._sized(out, rows)
                     self.write(
                         out,
@@ -411,7 +421,9 @@ class TableStore:
                     if isinstance(rows_df, Future):
                         rows_df = rows_df.result()
                         clock.lap("wait_side")
-                    if rows_df is not None:
+                    if isinstance(rows_df, pa.Table):
+                        self.append_arrow_once(rows_df, name, app_id, batch_id)
+                    elif rows_df is not None:
                         self.write(rows_df.coalesce(1), name, txn=(app_id, batch_id))
                 clock.lap("write_side")
             finally:
@@ -419,7 +431,7 @@ class TableStore:
                 wait([f for f in side.values() if isinstance(f, Future)])
 
         writer = _stream_writer(df, "append", checkpoint, trigger, query_name)
-        return self._each_batch(writer, checkpoint, query_name, write_batch)
+        return self._each_batch(writer, checkpoint, query_name, write_batch, count)
 
     def _append_once(
         self, df: DataFrame, name: str, app_id: str, version: int, order_by: str | None = None
@@ -479,6 +491,16 @@ class TableStore:
         table = arrow(StructType.fromJson(json.loads(jtxn.metadata().schemaString())))
         incoming = arrow(df.schema)
         dfiles.check_schema(f"table {name}", dfiles.utc_schema(table), dfiles.utc_schema(incoming))
+
+    def append_arrow_once(self, rows: pa.Table, name: str, app_id: str, version: int) -> bool:
+        """Append a few Arrow rows to table ``name`` (created when missing) with delta-rs, in a
+        commit that records (``app_id``, ``version``), unless the table records it already
+        (then False). No Spark job: about a tenth of delta-spark's append for a few rows."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        if not self.exists(name):
+            self.create(name, from_arrow_schema(rows.schema))
+        return dfiles.append_once(self.path(name), rows, app_id, version)
 
     def create(self, name: str, schema: StructType, partition_by: Sequence[str] = ()) -> bool:
         """Create table ``name`` empty, unless it exists; True when created. Creations of one
@@ -570,7 +592,8 @@ def _cacheable(batch: DataFrame) -> DataFrame:
 
 
 def _counts(frames: Sequence[DataFrame]) -> list[int]:
-    """The row counts of ``frames`` (derived from one persisted micro-batch), in one job."""
+    """The row counts of ``frames`` (derived from one persisted micro-batch), in one job (the
+    one that computes the batch when it is not cached yet)."""
     from functools import reduce
 
     from pyspark.sql import DataFrame
