@@ -6,10 +6,8 @@ import datetime as dt
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -386,45 +384,6 @@ def test_a_job_killed_while_writing_its_first_offsets_restarts(spark, settings, 
         path.write_text("")
     _bronze(spark, settings)
     assert not any(path.exists() for path in leftovers)
-    _assert_books_balance(store, manifest)
-
-
-@pytest.mark.slow
-def test_kill_9_in_the_middle_of_spark_submit_then_rerun(spark, settings, store):
-    """``spark-submit jobs/bronze.py`` killed with SIGKILL while micro-batches are in flight;
-    the rerun finishes the work with no duplicate and no gap."""
-    manifest = _generate(spark, settings, events=1500, file_minutes=5.0)
-    submit = Path(sys.executable).with_name("spark-submit")
-    command = [
-        str(submit),
-        *spark_submit_args(settings),
-        str(REPO / "jobs" / "bronze.py"),
-        "--root",
-        str(settings.root),
-        "--profile",
-        "test",
-        "--max-files-per-trigger",
-        "1",
-    ]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    offsets = settings.checkpoint_path("bronze", "events") / "offsets"
-    with subprocess.Popen(
-        command,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    ) as job:
-        deadline = time.monotonic() + 180
-        while not (offsets / "4").exists():  # the fifth micro-batch is planned: kill now
-            assert job.poll() is None, "the job ended before it could be killed"
-            assert time.monotonic() < deadline, "no fifth micro-batch within 3 minutes"
-            time.sleep(0.05)
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
-    partial = store.read("bronze.events").count()
-    assert partial < manifest["totals"]["events"]["bronze_rows"]
-    _bronze(spark, settings, max_files=1)
     _assert_books_balance(store, manifest)
 
 

@@ -94,6 +94,8 @@ def _run_killed(
     layer: str, root: Path, rng: np.random.Generator, log, kills: list, conf: tuple = ()
 ) -> None:
     for attempt in range(KILLS_PER_LAYER):
+        log.flush()
+        start = os.path.getsize(log.name)
         process = _submit(layer, root, log, conf=conf)
         if attempt % 2 == 0:
             # at a random moment: starting up, planning, reading, writing, committing
@@ -109,6 +111,11 @@ def _run_killed(
                 time.sleep(0.01)
             moment = "after a commit"
         if process.poll() is not None:
+            if process.returncode != 0:
+                excerpt = _excerpt(Path(log.name), start)
+                pytest.fail(
+                    f"{layer} failed before kill {attempt + 1} {kills}; the log:\n{excerpt}"
+                )
             pytest.fail(f"{layer} finished before kill {attempt + 1}: give it more input")
         _kill(process)
         kills.append((layer, moment, _commits(root, layer)))
