@@ -44,6 +44,7 @@ def test_cluster_package_writes_what_spark_submit_needs(tmp_path, capsys):
     names = zipfile.ZipFile(packed.code).namelist()
     for name in [
         "lakehouse/cli.py",
+        "lakehouse/commands/params.py",
         "lakehouse/jobs/gold.py",
         "lakehouse/fairscheduler.xml",
         "lakehouse/declared_tables.json",

@@ -265,6 +265,7 @@ def test_each_source_can_name_its_topic(tmp_path):
 def test_the_error_line_of_the_cli_is_redacted(tmp_path, capsys, monkeypatch):
     """Whatever error a command ends with, a secret of the settings is not in its line."""
     from lakehouse import cli
+    from lakehouse.commands import status
     from lakehouse.errors import LakehouseError
 
     monkeypatch.setenv("LAKEHOUSE_KAFKA__OPTIONS__SASL_MECHANISM", "PLAIN")
@@ -274,7 +275,7 @@ def test_the_error_line_of_the_cli_is_redacted(tmp_path, capsys, monkeypatch):
         cli.settings_from_args(args)
         raise LakehouseError(f"the JVM said: kafka.sasl.jaas.config={JAAS}")
 
-    monkeypatch.setattr(cli, "cmd_status", fails)
+    monkeypatch.setattr(status, "cmd_status", fails)
     assert cli.main(["status", "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "Jaas-Secret-42" not in err and err.startswith("lakehouse: error: the JVM said: ")
