@@ -42,9 +42,9 @@ def main(argv=None) -> int:
 
     FLOWS = pipeline().layer("bronze")
     from bronze.sources import SCHEMAS
-    from lakehouse import generate as gen
     from lakehouse.runner import run_flows
     from lakehouse.session import build_session
+    from lakehouse.tools import generate as gen
 
     root = Path(args.root) / f"bronze-{args.events}"
     settings = load_settings("local", overrides={"root": str(root)})

@@ -64,11 +64,11 @@ sys.path.insert(0, str(HERE.parent))
 
 from results import log_stats, machine, write_section  # noqa: E402
 
-from lakehouse import kafka  # noqa: E402
-from lakehouse.generate import MANIFEST  # noqa: E402
-from lakehouse.processes import free_port  # noqa: E402
+from lakehouse.ops.status import read_table  # noqa: E402
 from lakehouse.settings import duration_seconds, load_settings  # noqa: E402
-from lakehouse.status import read_table  # noqa: E402
+from lakehouse.tools import kafka  # noqa: E402
+from lakehouse.tools.generate import MANIFEST  # noqa: E402
+from lakehouse.tools.processes import free_port  # noqa: E402
 
 SAMPLE_S = 30
 FIRST_FILES_S = 600

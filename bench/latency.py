@@ -76,10 +76,10 @@ def main(argv=None) -> int:
     parser.add_argument("--root", default=str(Path(tempfile.gettempdir()) / "lakehouse-bench"))
     args = parser.parse_args(argv)
 
-    from lakehouse import generate as gen
     from lakehouse.progress import Progress
     from lakehouse.runner import pipeline, run_flows
     from lakehouse.session import build_session
+    from lakehouse.tools import generate as gen
 
     root = Path(args.root) / f"latency-{args.events}"
     shutil.rmtree(root, ignore_errors=True)

@@ -110,8 +110,8 @@ def _layer(unit: str) -> str:
 def input_rows(unit: str, base) -> int:
     """The rows a unit reads, each input counted once: landing lines for bronze (and the
     pipeline), bronze rows for silver, silver rows for gold, a gold flow's own input."""
-    from lakehouse.generate import MANIFEST
     from lakehouse.runner import pipeline
+    from lakehouse.tools.generate import MANIFEST
 
     layer = _layer(unit)
     if layer == "bronze":
@@ -126,7 +126,7 @@ def input_rows(unit: str, base) -> int:
 
 
 def _peak_state_rows(settings) -> int:
-    from lakehouse.status import read_table
+    from lakehouse.ops.status import read_table
 
     progress = read_table(settings, "ops.stream_progress")
     if progress.empty or progress["state_rows"].isna().all():
@@ -156,9 +156,9 @@ def tree_cpu_seconds(pid: int | None = None) -> float:
 
 def prepare(root: Path, events: int) -> None:
     """Landing files for ``events`` and the base lake (bronze + silver), unless already there."""
-    from lakehouse import generate as gen
     from lakehouse.runner import run_layers
     from lakehouse.session import build_session
+    from lakehouse.tools import generate as gen
 
     base = root / "base"
     ready = base / ".ready"

@@ -44,8 +44,8 @@ DESIGNS = ("merged", "flow", "chained-append", "chained-update")
 def build_base(spark, settings, events: int, hours: float, file_minutes: float) -> None:
     """Landing files, then bronze and silver one landing file per micro-batch: silver.events
     gets one file per hour slice of arrival, which the designs then read one at a time."""
-    from lakehouse import generate as gen
     from lakehouse.runner import run_layers
+    from lakehouse.tools import generate as gen
 
     params = gen.params_from_settings(
         settings, events=events, hours=hours, file_minutes=file_minutes, late_fraction=0.0

@@ -50,10 +50,10 @@ def main(argv=None) -> int:
     parser.add_argument("--profile-processor", action="store_true")
     args = parser.parse_args(argv)
 
-    from lakehouse import generate as gen
     from lakehouse.runner import pipeline, run_flows, run_layers
     from lakehouse.session import build_session
     from lakehouse.storage import table_store
+    from lakehouse.tools import generate as gen
 
     root = Path(args.root) / f"sessions-{args.events}"
     settings = load_settings("local", overrides={"root": str(root)})

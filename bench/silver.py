@@ -49,10 +49,10 @@ def main(argv=None) -> int:
     parser.add_argument("--root", default=str(Path(tempfile.gettempdir()) / "lakehouse-bench"))
     args = parser.parse_args(argv)
 
-    from lakehouse import generate as gen
     from lakehouse.runner import pipeline, run_flows, run_layers
     from lakehouse.session import build_session
     from lakehouse.storage import table_store
+    from lakehouse.tools import generate as gen
 
     root = Path(args.root) / f"silver-{args.events}"
     settings = load_settings("local", overrides={"root": str(root)})

@@ -34,8 +34,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from lakehouse import oracle
 from lakehouse.flows import Flow, Output, Reference, TableInput
+from lakehouse.proof import oracle
 from lakehouse.settings import duration_seconds
 
 TABLE = "gold.purchase_alerts"

@@ -19,8 +19,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from lakehouse import oracle
 from lakehouse.flows import Flow, Output, Reference, TableInput
+from lakehouse.proof import oracle
 
 TABLE = "gold.revenue_by_country_hourly"
 UNKNOWN = "unknown"  # the country of events that name none

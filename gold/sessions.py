@@ -18,8 +18,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from lakehouse import oracle
 from lakehouse.flows import Flow, Output, Reference, TableInput
+from lakehouse.proof import oracle
 
 TABLE = "gold.sessions"
 GAP = "15 minutes"

@@ -57,9 +57,9 @@ from pyspark.sql.types import (
 )
 
 from gold.sessions import SCHEMA as SESSIONS_SCHEMA
-from lakehouse import oracle
 from lakehouse.contract import EVENT_TYPES
 from lakehouse.flows import Flow, Output, Reference, TableInput, Upsert
+from lakehouse.proof import oracle
 from lakehouse.settings import duration_seconds
 
 TABLE = "gold.sessions_custom"

@@ -27,8 +27,8 @@ from pyspark.sql.types import (
 )
 
 from gold.sessions import activity_totals
-from lakehouse import oracle
 from lakehouse.flows import Flow, Output, Reference, TableInput
+from lakehouse.proof import oracle
 
 FIVE_MINUTE_TABLE = "gold.user_activity_5m"
 FIVE_MINUTE_KEYS = ("user_id", "window_start")

@@ -36,8 +36,8 @@ from pyspark.sql.types import (
 )
 
 from gold.sessions_custom import bucket
-from lakehouse import oracle
 from lakehouse.flows import Flow, Output, Reference, TableInput
+from lakehouse.proof import oracle
 from lakehouse.settings import duration_seconds
 
 TABLE = "gold.user_activity_spans"

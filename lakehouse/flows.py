@@ -65,12 +65,12 @@ Input = LandingInput | TableInput
 @dataclass(frozen=True)
 class Reference:
     """How the proof (``lakehouse verify``, the streaming-equals-batch tests) computes a table
-    without Spark: ``rows``, a function of :mod:`lakehouse.oracle` over the reference silver
-    tables (:class:`lakehouse.oracle.Silver`), compared with the table row for row by ``keys``
+    without Spark: ``rows``, a function of :mod:`lakehouse.proof.oracle` over the reference silver
+    tables (:class:`lakehouse.proof.oracle.Silver`), compared with the table row for row by ``keys``
     on the reference's columns, or on ``columns`` alone (figures that depend on the batches
     left out; ``note`` says what is compared then)."""
 
-    rows: Callable[[Any], Any]  # lakehouse.oracle.Silver -> pandas.DataFrame
+    rows: Callable[[Any], Any]  # lakehouse.proof.oracle.Silver -> pandas.DataFrame
     keys: tuple[str, ...]
     columns: tuple[str, ...] = ()
     note: str = ""
@@ -106,7 +106,7 @@ class Output:
     # BI queries filter on), so file statistics let a reader skip most files
     zorder_by: tuple[str, ...] = ()
     # how the proof computes the table independently (gold tables; bronze and silver are
-    # computed by lakehouse.verify from the landing files)
+    # computed by lakehouse.proof.verify from the landing files)
     reference: Reference | None = None
     # MERGEd instead of appended (only beside other outputs of an append-mode flow)
     upsert: Upsert | None = None
@@ -115,7 +115,7 @@ class Output:
     shared_by: tuple[str, str] | None = None
     # the event-time column of a gold table's rows that its flow's watermark closes (a
     # window's or session's end): rows before the flow's watermark are final, and
-    # ops.completeness records that mark (see lakehouse.monitoring)
+    # ops.completeness records that mark (see lakehouse.runner.monitoring)
     complete_by: str | None = None
 
 

@@ -288,7 +288,7 @@ class SchedulerSettings:
     # deploy mode); spark-submit's master is the job's (lakehouse.session.submitted_settings)
     spark_conn_id: str = "spark_default"
     # where each pipeline run packs the installed project for spark-submit first (code zip, the
-    # layers' entry points, log4j2 file, jars: lakehouse.dist); "" = <root>/dist
+    # layers' entry points, log4j2 file, jars: lakehouse.tools.dist); "" = <root>/dist
     dist_dir: str = ""
 
 
@@ -316,7 +316,7 @@ class Settings:
     spark_conf: dict[str, str] = field(default_factory=dict)
     # Tables ("layer.table") and checkpoints (checkpoint_key("layer.flow"): a flow and its
     # table often share a name) somewhere else than their place under root: the staging run
-    # of `lakehouse run --full-refresh` (lakehouse.refresh) sets them.
+    # of `lakehouse run --full-refresh` (lakehouse.runner.refresh) sets them.
     relocated: dict[str, str] = field(default_factory=dict)
 
     __repr__ = _masked_repr

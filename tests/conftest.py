@@ -71,8 +71,8 @@ def shuffle_partitions(spark):
 def kafka_broker(tmp_path_factory):
     """Apache Kafka's broker (KRaft, from jars/kafka-lib) on a free loopback port for the whole
     run, started on first use and stopped at the end."""
-    from lakehouse import kafka
-    from lakehouse.processes import free_port
+    from lakehouse.tools import kafka
+    from lakehouse.tools.processes import free_port
 
     broker = kafka.Broker(tmp_path_factory.mktemp("kafka"), free_port())
     kafka.start(broker)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gold.ad_performance_hourly import SCHEMA as ADS_SCHEMA
 from gold.sessions import SCHEMA as SESSIONS_SCHEMA
-from lakehouse.monitoring import COMPLETENESS_SCHEMA, COMPLETENESS_TABLE
+from lakehouse.runner.monitoring import COMPLETENESS_SCHEMA, COMPLETENESS_TABLE
 from lakehouse.storage.deltafiles import append_rows
 
 QUERIES = Path(__file__).resolve().parents[1] / "queries"

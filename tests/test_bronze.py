@@ -16,12 +16,12 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from bronze.sources import QUARANTINE_TABLE, SOURCES
-from lakehouse import generate as gen
 from lakehouse.jars import spark_submit_args
 from lakehouse.progress import Progress
 from lakehouse.runner import FlowFailed, run_layers
 from lakehouse.storage.deltafiles import latest_version
 from lakehouse.storage.store import FAILPOINT_ENV
+from lakehouse.tools import generate as gen
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = "2026-01-05T08:00:00.000Z"
@@ -229,7 +229,7 @@ def test_odd_input_has_the_same_outcome_in_bronze_silver_and_verify(spark, setti
     import base64
     import gzip
 
-    from lakehouse import verify
+    from lakehouse.proof import verify
 
     def line(event_id: str, **fields) -> bytes:
         return json.dumps(_event(event_id, **fields)).encode()

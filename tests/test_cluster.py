@@ -18,12 +18,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lakehouse import cluster
-from lakehouse import generate as gen
 from lakehouse.progress import Progress
 from lakehouse.runner import layer_flows, run_layers
 from lakehouse.settings import load_settings
 from lakehouse.storage import table_store
+from lakehouse.tools import cluster
+from lakehouse.tools import generate as gen
 
 FLOWS = layer_flows("gold")
 

@@ -13,10 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-from lakehouse import generate as gen
+from lakehouse.ops.status import read_table
 from lakehouse.progress import Progress
-from lakehouse.status import read_table
-from lakehouse.verify import verify_lake
+from lakehouse.proof.verify import verify_lake
+from lakehouse.tools import generate as gen
 
 
 def _generate(spark, settings, events: int) -> dict[str, int]:

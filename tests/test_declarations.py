@@ -7,8 +7,8 @@ from pyspark.sql import types as T
 
 from lakehouse.analysis import FlowDoesNotAnalyse, analyse_flows, schema_differences
 from lakehouse.flows import Flow, Output, TableInput
+from lakehouse.proof.verify import Check, VerifyError, _every_table_checked
 from lakehouse.runner import PipelineGraph, declared_tables, layer_flows, pipeline
-from lakehouse.verify import Check, VerifyError, _every_table_checked
 
 
 def test_every_flow_analyses_and_produces_its_declared_schemas(spark, settings):

@@ -23,7 +23,7 @@ from dockerfile_helpers import final_stage, image_env, image_user, workdir
 from lakehouse import settings as settings_module
 from lakehouse.cli import build_parser
 from lakehouse.settings import ENV_PREFIX, PROJECT_VARIABLES, Settings, load_settings
-from lakehouse.sqlauth import is_loopback
+from lakehouse.tools.sqlauth import is_loopback
 
 PROJECT = Path(__file__).resolve().parents[1]
 DOCKER = PROJECT / "docker"

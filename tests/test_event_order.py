@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from lakehouse import checkpoints
-from lakehouse import generate as gen
 from lakehouse.progress import Progress
+from lakehouse.proof.verify import _drops, _gold_flows, run_verify
 from lakehouse.runner import StopRequest, declared_tables, layer_flows, run_flows, run_layers
 from lakehouse.settings import Settings, load_settings
-from lakehouse.verify import _drops, _gold_flows, run_verify
+from lakehouse.tools import generate as gen
 
 # what verify prints when every table the flows declare equals its reference
 ALL_EQUAL = f"verify: all {len(declared_tables())} tables equal the reference"

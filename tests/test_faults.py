@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 
 from lakehouse import checkpoints
-from lakehouse import generate as gen
 from lakehouse.jars import spark_submit_args
+from lakehouse.ops.status import read_table
 from lakehouse.progress import Progress
+from lakehouse.proof.verify import run_verify
 from lakehouse.runner import declared_tables, layer_flows, run_layers
 from lakehouse.settings import load_settings
-from lakehouse.status import read_table
-from lakehouse.verify import run_verify
+from lakehouse.tools import generate as gen
 
 # what verify prints when every table the flows declare equals its reference
 ALL_EQUAL = f"verify: all {len(declared_tables())} tables equal the reference"

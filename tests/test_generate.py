@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lakehouse import generate as gen
 from lakehouse.cli import main
 from lakehouse.progress import Progress
+from lakehouse.tools import generate as gen
 
 SMALL = {
     "events": 5000,

@@ -1,4 +1,4 @@
-"""Every gold table equals its batch computation (lakehouse.oracle) on generated data without
+"""Every gold table equals its batch computation (lakehouse.proof.oracle) on generated data without
 late events, whatever the micro-batch sizes and across a restart of the gold job."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import io
 
 import pandas as pd
 
-from lakehouse import generate as gen
+from lakehouse.ops.status import current_marks
 from lakehouse.progress import Progress
+from lakehouse.proof.verify import reference_silver, run_verify
 from lakehouse.runner import declared_tables, layer_flows, run_layers
 from lakehouse.settings import duration_seconds
-from lakehouse.status import current_marks
 from lakehouse.storage.deltafiles import open_table
-from lakehouse.verify import reference_silver, run_verify
+from lakehouse.tools import generate as gen
 
 # what verify prints when every table the flows declare equals its reference
 ALL_EQUAL = f"verify: all {len(declared_tables())} tables equal the reference"

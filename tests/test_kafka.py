@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from confluent_kafka import Producer
 
-from lakehouse import kafka
 from lakehouse.cli import main
-from lakehouse.processes import free_port, port_free
+from lakehouse.tools import kafka
+from lakehouse.tools.processes import free_port, port_free
 
 
 def test_start_status_and_stop_a_broker(tmp_path, capsys):
@@ -119,10 +119,10 @@ def test_a_broker_with_sasl_lets_in_the_right_password_only(tmp_path, capsys):
     """``lakehouse kafka start --sasl --users FILE``: the listener is SASL_PLAINTEXT with PLAIN;
     the lake's clients (generate's producer, status, verify) get in with the user's password
     from kafka.options, and are refused in one line with a wrong one, which no output shows."""
-    from lakehouse import generate as gen
+    from lakehouse.ops.status import print_status
+    from lakehouse.proof.verify import kafka_lines
     from lakehouse.settings import load_settings
-    from lakehouse.status import print_status
-    from lakehouse.verify import kafka_lines
+    from lakehouse.tools import generate as gen
 
     folder, port = tmp_path / "broker", free_port()
     users = tmp_path / "users.properties"

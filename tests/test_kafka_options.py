@@ -286,10 +286,10 @@ def test_ops_runs_status_and_report_never_show_a_secret(tmp_path, capsys):
     ops.runs records it redacted; status and the report redact rows recorded before too."""
     import datetime as dt
 
-    from lakehouse.monitoring import record_runs
-    from lakehouse.report import build_report
+    from lakehouse.ops.report import build_report
+    from lakehouse.ops.status import print_status, read_table
     from lakehouse.runner.books import RunBook, flow_reports
-    from lakehouse.status import print_status, read_table
+    from lakehouse.runner.monitoring import record_runs
 
     env = {
         "LAKEHOUSE_KAFKA__OPTIONS__SASL_MECHANISM": "PLAIN",

@@ -14,14 +14,15 @@ import time
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
-from lakehouse import checkpoints, kafka
-from lakehouse import generate as gen
+from lakehouse import checkpoints
 from lakehouse.kafka_options import PLAIN_MODULE
-from lakehouse.processes import free_port
+from lakehouse.ops.status import print_status, read_table
 from lakehouse.progress import Progress
+from lakehouse.proof.verify import bronze_reference, run_verify
 from lakehouse.runner import FlowFailed, declared_tables, run_layers
-from lakehouse.status import print_status, read_table
-from lakehouse.verify import bronze_reference, run_verify
+from lakehouse.tools import generate as gen
+from lakehouse.tools import kafka
+from lakehouse.tools.processes import free_port
 
 ALL_EQUAL = f"verify: all {len(declared_tables())} tables equal the reference"
 SEED = 20261126

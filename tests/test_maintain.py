@@ -10,7 +10,7 @@ import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from lakehouse.cli import main
-from lakehouse.maintain import maintain
+from lakehouse.ops.maintain import maintain
 from lakehouse.storage import deltafiles as dfiles
 
 KV = "k long, v string"
@@ -103,7 +103,7 @@ def test_maintain_beside_a_running_stream(spark, store, settings):
 
 
 def test_maintain_zorders_gold_tables_by_their_declared_columns(spark, store, settings):
-    from lakehouse.maintain import zorder_columns
+    from lakehouse.ops.maintain import zorder_columns
 
     assert zorder_columns()["gold.sessions"] == ("user_id",)
     schema = "user_id long, n long"
@@ -167,10 +167,10 @@ def test_vacuum_with_0_hours_beside_a_lagging_reader_keeps_what_it_has_not_read(
     vacuums, but keeps the files of the versions silver.events has not read (its
     checkpoint's offsets say which); then silver and gold run and verify passes (on the code
     before, silver failed on FAILED_READ_FILE.FILE_NOT_EXIST)."""
-    from lakehouse import generate as gen
     from lakehouse.progress import Progress
+    from lakehouse.proof.verify import run_verify
     from lakehouse.runner import run_layers
-    from lakehouse.verify import run_verify
+    from lakehouse.tools import generate as gen
 
     params = gen.params_from_settings(
         settings, events=600, hours=2.0, users=30, seed=5, late_fraction=0.0

@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 from deltalake import DeltaTable
 
-from lakehouse import oracle
 from lakehouse.jars import DEFAULT_JARS_DIR
+from lakehouse.proof import oracle
 from lakehouse.runner import layer_flows
 from lakehouse.settings import load_settings
 

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from lakehouse import kafka
 from lakehouse.cli import main
-from lakehouse.processes import PidFile, alive, command_line
+from lakehouse.tools import kafka
+from lakehouse.tools.processes import PidFile, alive, command_line
 
 
 @pytest.fixture

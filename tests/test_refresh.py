@@ -11,15 +11,15 @@ import shutil
 import pytest
 
 from bronze.sources import table_schema
-from lakehouse import generate as gen
 from lakehouse.checkpoints import CheckpointError, app_id
 from lakehouse.cli import main
+from lakehouse.ops.status import read_table
 from lakehouse.progress import Progress
-from lakehouse.refresh import downstream, flows_writing, refresh
 from lakehouse.runner import FlowFailed, layer_flows, run_flows, run_layers
-from lakehouse.status import read_table
+from lakehouse.runner.refresh import downstream, flows_writing, refresh
 from lakehouse.storage.deltafiles import open_table
 from lakehouse.storage.store import FAILPOINT_ENV
+from lakehouse.tools import generate as gen
 
 
 def _rows(settings, table: str) -> list[tuple]:

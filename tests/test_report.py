@@ -6,8 +6,8 @@ import datetime as dt
 import re
 
 from lakehouse.cli import main
-from lakehouse.monitoring import ProgressRecorder, record_runs
 from lakehouse.runner import PIPELINE, declared_tables, layer_flows
+from lakehouse.runner.monitoring import ProgressRecorder, record_runs
 
 UTC = dt.UTC
 T = dt.datetime(2026, 11, 22, 10, 0, tzinfo=UTC)

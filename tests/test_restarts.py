@@ -11,10 +11,10 @@ import time
 from probe_flows import probe_flow, write_probe
 from pyspark.sql import functions as F
 
+from lakehouse.ops.status import read_table
 from lakehouse.runner import run_flows
 from lakehouse.runner.errors import FlowFailed
 from lakehouse.runner.stopping import StopRequest
-from lakehouse.status import read_table
 
 # the line of each probe's error the runner prints and records (Python's, from the UDF)
 _ERROR_OF = {

@@ -17,11 +17,11 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from bronze.sources import table_schema
-from lakehouse import generate as gen
 from lakehouse.progress import Progress
 from lakehouse.quality import Rule, RuleError, enforce_fail_rules, load_rules
 from lakehouse.runner import FlowFailed, layer_flows, run_flows, run_layers
 from lakehouse.storage.deltafiles import latest_version, open_table
+from lakehouse.tools import generate as gen
 from silver import events
 
 FLOWS = layer_flows("silver")

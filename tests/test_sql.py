@@ -94,9 +94,9 @@ def test_registering_a_registered_lake_writes_nothing(gold, spark, settings, tmp
     """What the JDBC server's restart and lakehouse sql on the persistent catalog do: a lookup
     per table and view, no table or view written again; the same names in another lake are
     registered anew, at its location."""
-    from lakehouse.sql import LakeCatalog
     from lakehouse.storage import table_store
     from lakehouse.storage.store import registered_location
+    from lakehouse.tools.sql import LakeCatalog
 
     tables = ["gold.ad_performance_hourly", "gold.sessions", "ops.completeness"]
     LakeCatalog(spark, settings).refresh()
@@ -119,9 +119,9 @@ def test_the_final_views_follow_the_completeness_table(spark, store, settings):
     from sql_helpers import at
 
     from gold.sessions import SCHEMA as SESSIONS_SCHEMA
-    from lakehouse.monitoring import COMPLETENESS_SCHEMA, COMPLETENESS_TABLE
-    from lakehouse.sql import LakeCatalog
+    from lakehouse.runner.monitoring import COMPLETENESS_SCHEMA, COMPLETENESS_TABLE
     from lakehouse.storage.deltafiles import append_rows
+    from lakehouse.tools.sql import LakeCatalog
 
     sessions = [(1, at(10, 5), at(10, 35), 2, 1, 12.5), (2, at(11, 5), at(11, 35), 1, 0, 0.0)]
     store.write(spark.createDataFrame(sessions, SESSIONS_SCHEMA), "gold.sessions")

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse import catalog, sqlauth
 from lakehouse.cli import main
 from lakehouse.jars import sql_jar
-from lakehouse.serve import GUARD, server_conf
 from lakehouse.settings import SettingsError, load_settings
+from lakehouse.tools import catalog, sqlauth
+from lakehouse.tools.serve import GUARD, server_conf
 
 PROJECT = Path(__file__).resolve().parents[1]
 

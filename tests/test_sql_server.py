@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from sql_helpers import QUERIES, SESSIONS_PER_HOUR, TOP_ADS, beeline, write_gold
 
-from lakehouse import sqlauth
 from lakehouse.settings import load_settings
+from lakehouse.tools import sqlauth
 
 pytestmark = pytest.mark.e2e
 

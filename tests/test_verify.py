@@ -7,10 +7,10 @@ import io
 
 import pytest
 
-from lakehouse import generate as gen
 from lakehouse.progress import Progress
+from lakehouse.proof.verify import run_verify
 from lakehouse.runner import run_layers
-from lakehouse.verify import run_verify
+from lakehouse.tools import generate as gen
 
 pytestmark = pytest.mark.slow
 

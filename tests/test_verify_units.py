@@ -1,4 +1,4 @@
-"""lakehouse.verify's pieces without Spark: the reference parse of landing lines (one case per
+"""lakehouse.proof.verify's pieces without Spark: the reference parse of landing lines (one case per
 generator corruption) and the comparison that reports missing, unexpected and differing rows."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from collections import Counter
 
 import pandas as pd
 
-from lakehouse.monitoring import Drops
-from lakehouse.verify import compare, parse_line, row_books
+from lakehouse.proof.verify import compare, parse_line, row_books
+from lakehouse.runner.monitoring import Drops
 
 GOOD = (
     '{"event_id":"e1","user_id":7,"event_type":"purchase","page":"/checkout",'
@@ -109,8 +109,8 @@ def test_the_session_tables_compare_revenue_as_verify_does(tmp_path):
     a session in one table only, or a revenue off by a cent, is not."""
     from deltalake import write_deltalake
 
+    from lakehouse.proof.verify import session_tables
     from lakehouse.settings import load_settings
-    from lakehouse.verify import session_tables
 
     settings = load_settings("local", overrides={"root": str(tmp_path)})
     start = pd.Timestamp("2026-01-05 21:59:04.836", tz="UTC")

@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from lakehouse import cluster
+    from lakehouse.tools import cluster
 
     settings = settings_from_args(args)
     if args.action == "package":
@@ -51,8 +51,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
 def _package(settings, output: Path) -> int:
     """``cluster package``: the code zip, entry points and jars, and the spark-submit line."""
-    from lakehouse import cluster
-    from lakehouse.dist import driver_java_options
+    from lakehouse.tools import cluster
+    from lakehouse.tools.dist import driver_java_options
 
     dist, jars = cluster.package_dist(settings, output)
     print(f"project code packed in {dist.code}, the layers' entry points in {dist.jobs}")

@@ -19,6 +19,6 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from lakehouse.demo import run_demo
+    from lakehouse.tools.demo import run_demo
 
     return run_demo(settings_from_args(args), events=args.events)

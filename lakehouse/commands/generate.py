@@ -15,7 +15,7 @@ from lakehouse.session import spark_session
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    from lakehouse.generate import DEFAULT_START, GenerateParams
+    from lakehouse.tools.generate import DEFAULT_START, GenerateParams
 
     defaults = GenerateParams()
     p = sub.add_parser(
@@ -123,7 +123,7 @@ def _add_sink(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from lakehouse import generate as gen
+    from lakehouse.tools import generate as gen
 
     settings = settings_from_args(
         args, {"kafka.bootstrap_servers": args.bootstrap, "kafka.partitions": args.partitions}
@@ -171,7 +171,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def _print_entry(entry: dict, unit: str) -> None:
     """A run's manifest entry: lines, files (or batches) and faults per source, its profile."""
-    from lakehouse import generate as gen
+    from lakehouse.tools import generate as gen
 
     for source, tally in entry["sources"].items():
         faults = ", ".join(f"{k} {v:,}" for k, v in tally["faults"].items() if v)

@@ -8,7 +8,7 @@ from lakehouse.commands.params import UsageError, non_negative_int, positive, se
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    from lakehouse.kafka import START_TIMEOUT_S
+    from lakehouse.tools.kafka import START_TIMEOUT_S
 
     p = sub.add_parser(
         "kafka",
@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def cmd_kafka(args: argparse.Namespace) -> int:
-    from lakehouse import kafka
+    from lakehouse.tools import kafka
 
     settings = settings_from_args(args)
     broker = kafka.broker(settings, args.dir, args.port)

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:
-    from lakehouse.maintain import MaintainFailed, maintain
+    from lakehouse.ops.maintain import MaintainFailed, maintain
 
     settings = settings_from_args(args)
     failed = None

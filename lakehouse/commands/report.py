@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from lakehouse.report import write_report
+    from lakehouse.ops.report import write_report
 
     path = write_report(settings_from_args(args), Path(args.output))
     print(f"report written to {path}")

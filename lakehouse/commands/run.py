@@ -116,8 +116,8 @@ def _print_reports(reports) -> None:
 
 def _full_refresh(args: argparse.Namespace, settings) -> int:
     """``lakehouse run --full-refresh TABLE`` / ``--layer L --full-refresh-all``."""
-    from lakehouse.refresh import flows_writing, refresh, with_downstream
     from lakehouse.runner import declared_layers, layer_flows
+    from lakehouse.runner.refresh import flows_writing, refresh, with_downstream
     from lakehouse.settings import split_table_name
 
     if args.full_refresh and args.full_refresh_all:

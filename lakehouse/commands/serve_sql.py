@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def cmd_serve_sql(args: argparse.Namespace) -> int:
-    from lakehouse.serve import serve_sql
+    from lakehouse.tools.serve import serve_sql
 
     extra: dict[str, Any] = {}
     if args.port is not None:

@@ -7,10 +7,10 @@ import contextlib
 import sys
 from pathlib import Path
 
-from lakehouse import catalog
 from lakehouse.commands.params import non_negative_int, settings_from_args
 from lakehouse.session import spark_session
 from lakehouse.settings import Settings
+from lakehouse.tools import catalog
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from lakehouse.sql import SqlError, print_rows, register_tables, run_sql
+    from lakehouse.tools.sql import SqlError, print_rows, register_tables, run_sql
 
     settings = settings_from_args(args)
     if (args.statement is None) == (args.file is None):

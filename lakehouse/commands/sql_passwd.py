@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def cmd_sql_passwd(args: argparse.Namespace) -> int:
-    from lakehouse.sqlauth import ITERATIONS, SqlAccessError, set_user
+    from lakehouse.tools.sqlauth import ITERATIONS, SqlAccessError, set_user
 
     settings = settings_from_args(args)
     path = args.file or settings.sql.auth_file
@@ -48,7 +48,7 @@ def _new_password(user: str) -> str:
     argument: command lines are visible to every user of the machine)."""
     import getpass
 
-    from lakehouse.sqlauth import SqlAccessError
+    from lakehouse.tools.sqlauth import SqlAccessError
 
     if sys.stdin.isatty():
         password = getpass.getpass(f"password of {user}: ")

@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def cmd_state(args: argparse.Namespace) -> int:
-    from lakehouse.state import print_health, state_health
+    from lakehouse.ops.state import print_health, state_health
 
     settings = settings_from_args(args)
     with spark_session(settings, "lakehouse-state") as spark:

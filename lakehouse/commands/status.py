@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from lakehouse.status import print_status
+    from lakehouse.ops.status import print_status
 
     print_status(settings_from_args(args))
     return 0

@@ -22,6 +22,6 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from lakehouse.verify import run_verify
+    from lakehouse.proof.verify import run_verify
 
     return run_verify(settings_from_args(args))

@@ -1,6 +1,6 @@
 """The spark-submit entry points of the layers: ``lakehouse/jobs/<layer>.py`` in the package
 (``lakehouse cluster package`` copies them beside the code zip, so a machine with the project
-installed and no checkout can submit them: :func:`lakehouse.cluster.job_script`), and
+installed and no checkout can submit them: :func:`lakehouse.tools.cluster.job_script`), and
 ``jobs/<layer>.py`` of a checkout, both thin shims over :func:`submit_main`."""
 
 from __future__ import annotations

@@ -12,7 +12,11 @@ module holds one job:
 - :mod:`~lakehouse.runner.stopping`: signals, and stopping queries between micro-batches;
 - :mod:`~lakehouse.runner.books`: progress and runs recorded (ops.stream_progress, ops.runs),
   the report per flow;
+- :mod:`~lakehouse.runner.monitoring`: the books' tables (ops.stream_progress, ops.runs,
+  ops.completeness), their schemas and their writers, through delta-rs;
 - :mod:`~lakehouse.runner.recount`: micro-batches committed but never recorded, replayed;
+- :mod:`~lakehouse.runner.refresh`: ``lakehouse run --full-refresh``, rebuilding tables on
+  new checkpoints (its switch in :mod:`~lakehouse.runner.switch`);
 - :mod:`~lakehouse.runner.errors`: what the runner raises.
 """
 

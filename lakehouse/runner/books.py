@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from lakehouse.monitoring import Drops, ProgressRecorder, record_runs
 from lakehouse.redaction import redact
+from lakehouse.runner.monitoring import Drops, ProgressRecorder, record_runs
 from lakehouse.settings import Settings, split_table_name
 
 if TYPE_CHECKING:

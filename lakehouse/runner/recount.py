@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, TextIO
 
 from lakehouse import checkpoints
 from lakehouse.flows import Flow
-from lakehouse.monitoring import ProgressRecorder, recorded_batches
 from lakehouse.redaction import redact
 from lakehouse.runner.books import RECOUNT, drops, first_line
 from lakehouse.runner.declarations import completeness_columns
 from lakehouse.runner.errors import FlowFailed
+from lakehouse.runner.monitoring import ProgressRecorder, recorded_batches
 from lakehouse.runner.queries import flow_frame
 from lakehouse.runner.stopping import POLL_S, StopRequest
 from lakehouse.settings import Settings

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, TextIO
 
 from lakehouse.flows import Flow
 from lakehouse.locks import flow_locks
-from lakehouse.monitoring import ProgressRecorder
 from lakehouse.redaction import redact
 from lakehouse.runner.books import RunBook, first_line, flow_reports, progress_listener
 from lakehouse.runner.declarations import PIPELINE, completeness_columns, layer_flows
 from lakehouse.runner.errors import FlowFailed, RunStopped
+from lakehouse.runner.monitoring import ProgressRecorder
 from lakehouse.runner.queries import start_flow
 from lakehouse.runner.recount import recorded_batches_of, recount_unrecorded
 from lakehouse.runner.stopping import (

@@ -1,4 +1,4 @@
-"""The switch of a full refresh (``lakehouse.refresh``), apart from the command: its staging
+"""The switch of a full refresh (``lakehouse.runner.refresh``), apart from the command: its staging
 folders and marker, the shrink guard, and the switch itself, which a killed run leaves for the
 next start of one of its flows to finish (:func:`finish_pending`, called by the runner before a
 flow starts).

@@ -130,7 +130,7 @@ class TableStore:
     def register(self, name: str, force: bool = False) -> bool:
         """Register table ``name`` in the session catalog as a Delta table at its location
         (once per store), unless the catalog has it there already: a persistent catalog (the
-        JDBC server's, lakehouse.catalog) keeps it across processes. A name registered at
+        JDBC server's, lakehouse.tools.catalog) keeps it across processes. A name registered at
         another location (another lake root) is replaced; ``force`` replaces it anyway.
         Whether the catalog's entry was written now."""
         if name in self._registered and not force:

@@ -3,7 +3,7 @@
 ``lakehouse_pipeline`` runs ``package`` (and ``generate``, when ``scheduler.generate_events`` is
 set), then ``bronze >> silver >> gold`` on settings ``scheduler.schedule``. ``package`` has the
 project installed on the worker pack itself (``lakehouse cluster package``) into a folder
-(``scheduler.dist_dir``, default ``<root>/dist``; lakehouse.dist): the code zip, the layers'
+(``scheduler.dist_dir``, default ``<root>/dist``; lakehouse.tools.dist): the code zip, the layers'
 entry points, the log4j2 file and the delta-spark jars. Each layer is then a
 ``SparkSubmitOperator`` of that folder's ``jobs/<layer>.py`` with the zip as ``--py-files``, in
 available-now mode (process what is new, then stop), on the Airflow connection
@@ -39,10 +39,10 @@ from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG, Asset
 
 try:
-    from lakehouse import dist
     from lakehouse.declared import layer_tables
     from lakehouse.jars import NativeJarsMissing, native_jars
     from lakehouse.settings import default_config_path, duration_seconds, load_settings
+    from lakehouse.tools import dist
 except ImportError as exc:
     raise ImportError(
         "the lakehouse DAGs read the project's settings: install the project into Airflow's "

@@ -22,7 +22,7 @@ import javax.crypto.spec.PBEKeySpec;
  * The users of the JDBC server and their password hashes: one {@code user:hash} per line, blank
  * lines and lines starting with {@code #} ignored. A hash is
  * {@code pbkdf2_sha256$<iterations>$<salt, base64>$<PBKDF2-HMAC-SHA256 of the UTF-8 password,
- * 32 bytes, base64>}, what {@code lakehouse sql-passwd} writes (lakehouse/sqlauth.py): no
+ * 32 bytes, base64>}, what {@code lakehouse sql-passwd} writes (lakehouse/tools/sqlauth.py): no
  * password is stored, and a leaked file costs an attacker that many HMACs per guess.
  */
 public final class PasswordFile {

@@ -6,7 +6,7 @@ The master's address comes from the settings' ``master`` (``spark://127.0.0.1:70
 ``cluster`` profile). Processes, logs and pid files live under ``<root>/cluster/``; a worker's
 executors run Python with this interpreter (the project's virtual environment), which has the
 third-party packages; the project's own code reaches them in the zip ``package`` writes, one of
-the files ``package_dist`` puts in a folder for spark-submit (lakehouse.dist).
+the files ``package_dist`` puts in a folder for spark-submit (lakehouse.tools.dist).
 """
 
 from __future__ import annotations
@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from lakehouse.dist import Dist, of_code
 from lakehouse.errors import LakehouseError
-from lakehouse.processes import PidFile, listening
 from lakehouse.settings import Settings
+from lakehouse.tools.dist import Dist, of_code
+from lakehouse.tools.processes import PidFile, listening
 
 PACKAGES = ("lakehouse", "bronze", "silver", "gold")
+# the lakehouse package (this module is in lakehouse/tools/): a checkout's or an installed copy's
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
 class ClusterError(LakehouseError, RuntimeError):
@@ -241,7 +243,7 @@ def package(dest: Path) -> Path:
     """The project's packages (code and their data files, such as quality rules) in one zip
     for ``spark-submit --py-files``, from where this module is: a checkout or an installed
     project. Written beside ``dest`` first, then moved over it."""
-    root = Path(__file__).resolve().parent.parent
+    root = PACKAGE_DIR.parent
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(f".{dest.name}.partial")
     with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -260,12 +262,12 @@ def job_script(layer: str) -> Path:
 
     if layer not in PIPELINE:
         raise ValueError(f"unknown layer {layer!r}: use one of {', '.join(PIPELINE)}")
-    return Path(__file__).resolve().parent / "jobs" / f"{layer}.py"
+    return PACKAGE_DIR / "jobs" / f"{layer}.py"
 
 
 def package_dist(settings: Settings, code: Path) -> tuple[Dist, list[Path]]:
     """Everything spark-submit needs to run a layer, in the folder of code zip ``code``
-    (lakehouse.dist): the zip, the layers' entry points, the log4j2 file and the jars; the
+    (lakehouse.tools.dist): the zip, the layers' entry points, the log4j2 file and the jars; the
     folder and the jars copied."""
     from lakehouse.jars import LOG4J_CONFIG
     from lakehouse.runner.declarations import PIPELINE

@@ -2,14 +2,14 @@
 
 The reference is computed with pandas straight from the landing files, the quality rules and the
 generator's manifest, following the data contract (docs/architecture.md 7); it shares no code with
-the streaming transforms (gold uses :mod:`lakehouse.oracle`, written the same way):
+the streaming transforms (gold uses :mod:`lakehouse.proof.oracle`, written the same way):
 
 - bronze: every landing line parsed with Python's ``json``: a typed row, or a quarantine row
   with its reason (empty line, malformed JSON, missing required field, wrong type);
 - silver: the contract's cleaning, the quality rules evaluated in pandas, the first copy of each
   id kept, impressions left-joined to the clicks within the hour, an unmatched impression
   written once the final watermark has passed its hour;
-- gold: :mod:`lakehouse.oracle` over the reference silver.
+- gold: :mod:`lakehouse.proof.oracle` over the reference silver.
 
 The books of silver.events must balance whatever the data: its input = kept + quarantined +
 duplicates + late drops (counted in ``ops.stream_progress``; a batch whose count a crash lost
@@ -52,12 +52,12 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
-from lakehouse import oracle
 from lakehouse.contract import EVENT_TIME, FIELDS, ID, MANIFEST, REQUIRED
 from lakehouse.errors import LakehouseError
-from lakehouse.monitoring import Drops
+from lakehouse.ops.status import read_table
+from lakehouse.proof import oracle
+from lakehouse.runner.monitoring import Drops
 from lakehouse.settings import Settings, duration_seconds
-from lakehouse.status import read_table
 from lakehouse.text import aligned
 
 EXAMPLES = 3  # rows shown per kind of difference
@@ -140,7 +140,7 @@ def kafka_lines(
     ``options``: the client options a secured broker needs (librdkafka's names)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from lakehouse.kafka import Client, KafkaError
+    from lakehouse.tools.kafka import Client, KafkaError
 
     client = Client(bootstrap, {"group.id": "lakehouse-verify", **(options or {})})
     consumer = Consumer({**client.config, "enable.auto.commit": False})

@@ -3,7 +3,7 @@ each gold table a view ``layer.table_final`` of its final rows (see :func:`final
 
 ``lakehouse sql "SELECT ..."`` runs one statement and prints its result as a table, CSV or
 JSON lines; the Thrift JDBC/ODBC server serves the same tables. Each layer is a database of
-the catalog (lakehouse.catalog: the lake's metastore, which both share) and each table an
+the catalog (lakehouse.tools.catalog: the lake's metastore, which both share) and each table an
 external Delta table over its folder. A table or view registered already, as it should be, is
 left alone: registering the lake in a catalog that has it costs a lookup per table.
 """
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from lakehouse.errors import LakehouseError
-from lakehouse.maintain import lake_tables
+from lakehouse.ops.maintain import lake_tables
 from lakehouse.settings import Settings
 from lakehouse.text import aligned
 
@@ -90,8 +90,8 @@ def final_views(
     (none while the table has no mark, or no ops.completeness). The names of the views; a
     view the catalog holds already with this query is left as it is (those written now are
     added to ``written``)."""
-    from lakehouse.monitoring import COMPLETENESS_TABLE
     from lakehouse.runner import completeness_columns
+    from lakehouse.runner.monitoring import COMPLETENESS_TABLE
     from lakehouse.storage.store import catalog_entry
 
     views = []

@@ -17,7 +17,7 @@ from typing import TextIO
 import pandas as pd
 import pyarrow as pa
 
-from lakehouse.maintain import lake_tables
+from lakehouse.ops.maintain import lake_tables
 from lakehouse.redaction import redact
 from lakehouse.settings import Settings
 from lakehouse.storage import deltafiles as dfiles
@@ -44,7 +44,7 @@ def last_runs(runs: pd.DataFrame) -> pd.DataFrame:
 def current_marks(settings: Settings) -> pd.DataFrame:
     """Per gold table, its complete-through mark now (the latest of ops.completeness): table,
     column, complete_through, flow, recorded_at; by table."""
-    from lakehouse.monitoring import COMPLETENESS_TABLE
+    from lakehouse.runner.monitoring import COMPLETENESS_TABLE
 
     marks = read_table(settings, COMPLETENESS_TABLE)
     if marks.empty:
@@ -80,8 +80,9 @@ def table_rows(settings: Settings) -> list[list]:
 def kafka_backlog(settings: Settings) -> list[list]:
     """Per bronze flow reading Kafka: its topic, the records on the broker, the next offset its
     last committed micro-batch leaves off at per partition, and the records not read yet."""
-    from lakehouse import checkpoints, kafka
+    from lakehouse import checkpoints
     from lakehouse.runner import layer_flows
+    from lakehouse.tools import kafka
 
     client = settings.kafka.client_options()
     on_broker = {t.topic: t for t in kafka.topics(settings.kafka.bootstrap_servers, options=client)}
@@ -103,7 +104,7 @@ def kafka_backlog(settings: Settings) -> list[list]:
 
 
 def print_kafka_backlog(settings: Settings, out: TextIO) -> None:
-    from lakehouse.kafka import KafkaError
+    from lakehouse.tools.kafka import KafkaError
 
     print(f"\nkafka at {settings.kafka.bootstrap_servers}: records bronze has not read", file=out)
     try:

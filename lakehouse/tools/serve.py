@@ -12,7 +12,7 @@ lake's catalog, for BI tools and ``beeline``, safe to hand to them:
   refuses to start, in one line, before Spark starts;
 - a Spark session per connection (``spark.sql.hive.thriftServer.singleSession=false``): what
   one connection sets is not another's;
-- the catalog is the lake's metastore (lakehouse.catalog), which lasts across restarts: tables
+- the catalog is the lake's metastore (lakehouse.tools.catalog), which lasts across restarts: tables
   and the ``gold.<table>_final`` views registered once, and a table written after the start
   registered within ``sql.refresh_interval``.
 
@@ -28,9 +28,9 @@ import sys
 import threading
 import time
 
-from lakehouse import catalog
 from lakehouse.jars import NativeJarsMissing, native_jars
 from lakehouse.settings import Settings, duration_seconds
+from lakehouse.tools import catalog
 
 GUARD = "lakehouse.sql.ReadOnlyGuard"
 AUTHENTICATOR = "lakehouse.sql.PasswordFileAuthenticator"
@@ -85,8 +85,8 @@ def server_conf(settings: Settings) -> dict[str, str]:
 def serve_sql(settings: Settings) -> int:
     from lakehouse.jars import sql_jar
     from lakehouse.session import spark_session
-    from lakehouse.sql import LakeCatalog, SqlError
-    from lakehouse.sqlauth import server_login
+    from lakehouse.tools.sql import LakeCatalog, SqlError
+    from lakehouse.tools.sqlauth import server_login
 
     login = server_login(settings)  # a server beyond loopback without a login stops here
     sql_jar(settings)

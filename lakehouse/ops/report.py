@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 
 from lakehouse.flows import Flow, LandingInput
+from lakehouse.ops.status import current_marks, last_runs, read_table
 from lakehouse.redaction import redact
 from lakehouse.runner.declarations import pipeline
 from lakehouse.settings import Settings
-from lakehouse.status import current_marks, last_runs, read_table
 
 COLORS = (
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",

@@ -32,8 +32,8 @@ def _demo(spark, store, settings: Settings, events: int) -> int:
     from pyspark.sql import functions as F
 
     from bronze.sources import QUARANTINE_TABLE, SOURCES
-    from lakehouse import generate as gen
     from lakehouse.runner import RunStopped, run_layers
+    from lakehouse.tools import generate as gen
 
     manifest_path = settings.landing_path() / gen.MANIFEST
     if manifest_path.exists():
@@ -190,8 +190,8 @@ def _silver_books(store) -> bool:
 def _gold_marks(store, settings: Settings) -> bool:
     """Print up to when each gold table is final (ops.completeness) and whether the two session
     tables hold the same sessions; True when they do."""
-    from lakehouse.status import current_marks
-    from lakehouse.verify import session_tables
+    from lakehouse.ops.status import current_marks
+    from lakehouse.proof.verify import session_tables
 
     marks = current_marks(settings)
     print()

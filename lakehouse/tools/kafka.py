@@ -34,8 +34,8 @@ from typing import Any
 from lakehouse import kafka_options
 from lakehouse.errors import LakehouseError
 from lakehouse.jars import PROJECT_DIR
-from lakehouse.processes import PidFile, Stop, free_port, listening, port_free, stop_group
 from lakehouse.settings import Settings
+from lakehouse.tools.processes import PidFile, Stop, free_port, listening, port_free, stop_group
 
 KAFKA_JARS_DIR = PROJECT_DIR / "jars" / "kafka-lib"
 HOST = "127.0.0.1"
@@ -425,7 +425,7 @@ def start(
 def stop(b: Broker, timeout_s: float = 60) -> Stop:
     """Stop the broker (a controlled shutdown on SIGTERM, SIGKILL after ``timeout_s``): its
     pid, or None when it was not running; a pid file naming another process stops nothing, is
-    removed, and what it named is said (:class:`lakehouse.processes.PidFile`)."""
+    removed, and what it named is said (:class:`lakehouse.tools.processes.PidFile`)."""
     return b.process.stop(timeout_s)
 
 

@@ -92,7 +92,7 @@ def refresh(
     ``allow_shrink``, refuse (before anything is switched) a rebuild that would leave a table
     with fewer rows than it has (:func:`check_shrink`). ``quiet_downstream``: the tables built
     from the rebuilt ones are being refreshed too (not named)."""
-    from lakehouse.runner import run_flows
+    from lakehouse.runner.run import run_flows
     from lakehouse.storage import table_store
 
     if settings.trigger.mode != "available-now":

@@ -988,7 +988,7 @@ class KafkaSink:
     ):
         from confluent_kafka import Producer
 
-        from lakehouse import kafka
+        from lakehouse.tools import kafka
 
         self.topics = {source: (topics or {}).get(source, prefix + source) for source in SOURCES}
         kafka.create_topics(bootstrap, list(self.topics.values()), partitions, options)
