@@ -249,6 +249,7 @@ def _per_run(frame: pd.DataFrame, flow: str, column: str) -> list[pd.Series]:
 
 
 def build_report(settings: Settings) -> str:
+    """The report of the lake under ``settings`` as one HTML page."""
     progress = read_table(settings, "ops.stream_progress")
     runs = read_table(settings, "ops.runs")
     quality = read_table(settings, "ops.quality_results")
@@ -257,121 +258,154 @@ def build_report(settings: Settings) -> str:
         "<h3>Flow graph</h3>",
         flow_graph(declared),
         flow_table(declared, progress, settings),
+        _progress_charts(progress),
+        _quality_chart(quality),
+        _marks_table(current_marks(settings)),
+        _runs_table(runs),
     ]
-    if not progress.empty:
-        batches = _batches(progress)
-        with_rows = batches[batches["input_rows"] > 0]
-        flows = sorted(batches["flow"].unique())
-        seconds = batches.assign(seconds=batches["batch_duration_ms"] / 1000)
-        sections.append(
-            line_chart(
-                "Throughput per micro-batch that read rows",
-                "rows/s",
-                {f: _per_run(with_rows, f, "processed_rows_per_second") for f in flows},
+    return _page(settings, sections)
+
+
+def _progress_charts(progress: pd.DataFrame) -> str:
+    """The charts of ops.stream_progress, or a note that no micro-batch is recorded yet."""
+    if progress.empty:
+        return "<p class='empty'>no micro-batch recorded yet: run a layer first</p>"
+    batches = _batches(progress)
+    flows = sorted(batches["flow"].unique())
+    operators = progress.dropna(subset=["operator"]).set_index("timestamp").sort_index()
+    return (
+        _throughput_chart(batches, flows)
+        + _duration_chart(batches, flows)
+        + _state_chart(operators)
+        + _lag_chart(batches, flows)
+        + _drop_charts(operators)
+    )
+
+
+def _throughput_chart(batches: pd.DataFrame, flows: list[str]) -> str:
+    """Rows per second of each flow, over the micro-batches that read rows."""
+    with_rows = batches[batches["input_rows"] > 0]
+    return line_chart(
+        "Throughput per micro-batch that read rows",
+        "rows/s",
+        {f: _per_run(with_rows, f, "processed_rows_per_second") for f in flows},
+    )
+
+
+def _duration_chart(batches: pd.DataFrame, flows: list[str]) -> str:
+    """Seconds each micro-batch of each flow took."""
+    seconds = batches.assign(seconds=batches["batch_duration_ms"] / 1000)
+    return line_chart(
+        "Micro-batch duration", "seconds", {f: _per_run(seconds, f, "seconds") for f in flows}
+    )
+
+
+def _state_chart(operators: pd.DataFrame) -> str:
+    """State rows of each stateful operator over time."""
+    groups = operators.groupby(["flow", "operator_index", "operator"])
+    return line_chart(
+        "State rows per stateful operator",
+        "rows",
+        {
+            f"{flow} #{int(index)} {name}": _per_run(group, flow, "state_rows")
+            for (flow, index, name), group in groups
+        },
+    )
+
+
+def _lag_chart(batches: pd.DataFrame, flows: list[str]) -> str:
+    """How far each flow's event-time watermark is behind processing time, in minutes."""
+    lag = (batches.index.to_series() - batches["watermark"]).dt.total_seconds() / 60
+    watermarked = batches.assign(lag=lag)[batches["watermark"].dt.year > 1970]
+    return line_chart(
+        "Watermark lag (processing time minus event-time watermark)",
+        "minutes",
+        {f: _per_run(watermarked, f, "lag") for f in flows},
+    )
+
+
+def _drop_charts(operators: pd.DataFrame) -> str:
+    """Per flow, the rows its stateful operators dropped as late, then as duplicates."""
+    drops = operators.groupby("flow")[["rows_dropped_by_watermark", "duplicates_dropped"]].sum()
+    late = bar_chart(
+        "Rows dropped as late (behind the watermark), over every run",
+        "rows",
+        {f: float(r.rows_dropped_by_watermark) for f, r in drops.iterrows()},
+    )
+    duplicates = bar_chart(
+        "Duplicates dropped, over every run",
+        "rows",
+        {f: float(r.duplicates_dropped) for f, r in drops.iterrows()},
+    )
+    return late + duplicates
+
+
+def _quality_chart(quality: pd.DataFrame) -> str:
+    """Per table and micro-batch, the share of (row, rule) checks that passed; "" when
+    ops.quality_results is empty."""
+    if quality.empty:
+        return ""
+    checks = quality.groupby(["table", "batch_id"], as_index=False).agg(
+        at=("validated_at", "max"),
+        checked=("element_count", "sum"),
+        failed=("unexpected_count", "sum"),
+    )
+    checks = checks[checks["checked"] > 0]
+    checks = checks.assign(passed=1 - checks["failed"] / checks["checked"])
+    return line_chart(
+        "Quality pass rate per table (checks of a row against a rule that passed)",
+        "share",
+        {t: g.set_index("at")["passed"] for t, g in checks.groupby("table")},
+    )
+
+
+def _cells(values: Sequence) -> str:
+    """One HTML table row, each value as text."""
+    return "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in values) + "</tr>"
+
+
+def _marks_table(marks: pd.DataFrame) -> str:
+    """Up to when each gold table's rows are final (:func:`current_marks`); "" when none is."""
+    if marks.empty:
+        return ""
+    rows = "".join(
+        _cells((r.table, r.column, f"{r.complete_through:%Y-%m-%d %H:%M:%S}", r.flow))
+        for r in marks.itertuples()
+    )
+    return (
+        "<h3>Gold rows final before (ops.completeness)</h3><table><tr><th>table</th>"
+        "<th>rows whose</th><th>are before (UTC)</th><th>flow</th></tr>"
+        f"{rows}</table>"
+    )
+
+
+def _runs_table(runs: pd.DataFrame) -> str:
+    """The last run of each flow (ops.runs); "" when none is recorded."""
+    if runs.empty:
+        return ""
+    rows = "".join(
+        _cells(
+            (
+                r.flow,
+                r.status,
+                f"{r.started_at:%Y-%m-%d %H:%M:%S}",
+                f"{(r.ended_at - r.started_at).total_seconds():.1f}",
+                r.batches,
+                f"{r.input_rows:,}",
+                redact(r.error or ""),  # (rows recorded before secrets were redacted)
             )
         )
-        sections.append(
-            line_chart(
-                "Micro-batch duration",
-                "seconds",
-                {f: _per_run(seconds, f, "seconds") for f in flows},
-            )
-        )
-        operators = progress.dropna(subset=["operator"]).set_index("timestamp").sort_index()
-        sections.append(
-            line_chart(
-                "State rows per stateful operator",
-                "rows",
-                {
-                    f"{flow} #{int(index)} {name}": _per_run(group, flow, "state_rows")
-                    for (flow, index, name), group in operators.groupby(
-                        ["flow", "operator_index", "operator"]
-                    )
-                },
-            )
-        )
-        lag = (batches.index.to_series() - batches["watermark"]).dt.total_seconds() / 60
-        watermarked = batches.assign(lag=lag)[batches["watermark"].dt.year > 1970]
-        sections.append(
-            line_chart(
-                "Watermark lag (processing time minus event-time watermark)",
-                "minutes",
-                {f: _per_run(watermarked, f, "lag") for f in flows},
-            )
-        )
-        drops = operators.groupby("flow")[["rows_dropped_by_watermark", "duplicates_dropped"]].sum()
-        sections.append(
-            bar_chart(
-                "Rows dropped as late (behind the watermark), over every run",
-                "rows",
-                {f: float(r.rows_dropped_by_watermark) for f, r in drops.iterrows()},
-            )
-        )
-        sections.append(
-            bar_chart(
-                "Duplicates dropped, over every run",
-                "rows",
-                {f: float(r.duplicates_dropped) for f, r in drops.iterrows()},
-            )
-        )
-    else:
-        sections.append("<p class='empty'>no micro-batch recorded yet: run a layer first</p>")
-    if not quality.empty:
-        # per table and micro-batch: the share of (row, rule) checks that passed
-        checks = quality.groupby(["table", "batch_id"], as_index=False).agg(
-            at=("validated_at", "max"),
-            checked=("element_count", "sum"),
-            failed=("unexpected_count", "sum"),
-        )
-        checks = checks[checks["checked"] > 0]
-        checks = checks.assign(passed=1 - checks["failed"] / checks["checked"])
-        sections.append(
-            line_chart(
-                "Quality pass rate per table (checks of a row against a rule that passed)",
-                "share",
-                {t: g.set_index("at")["passed"] for t, g in checks.groupby("table")},
-            )
-        )
-    marks = current_marks(settings)
-    if not marks.empty:
-        rows = "".join(
-            "<tr>"
-            + "".join(
-                f"<td>{html.escape(str(v))}</td>"
-                for v in (r.table, r.column, f"{r.complete_through:%Y-%m-%d %H:%M:%S}", r.flow)
-            )
-            + "</tr>"
-            for r in marks.itertuples()
-        )
-        sections.append(
-            "<h3>Gold rows final before (ops.completeness)</h3><table><tr><th>table</th>"
-            "<th>rows whose</th><th>are before (UTC)</th><th>flow</th></tr>"
-            f"{rows}</table>"
-        )
-    if not runs.empty:
-        last = last_runs(runs)
-        rows = "".join(
-            "<tr>"
-            + "".join(
-                f"<td>{html.escape(str(v))}</td>"
-                for v in (
-                    r.flow,
-                    r.status,
-                    f"{r.started_at:%Y-%m-%d %H:%M:%S}",
-                    f"{(r.ended_at - r.started_at).total_seconds():.1f}",
-                    r.batches,
-                    f"{r.input_rows:,}",
-                    redact(r.error or ""),  # (rows recorded before secrets were redacted)
-                )
-            )
-            + "</tr>"
-            for r in last.itertuples()
-        )
-        sections.append(
-            "<h3>Last run per flow</h3><table><tr><th>flow</th><th>status</th>"
-            "<th>started (UTC)</th><th>seconds</th><th>batches</th><th>input rows</th>"
-            f"<th>error</th></tr>{rows}</table>"
-        )
+        for r in last_runs(runs).itertuples()
+    )
+    return (
+        "<h3>Last run per flow</h3><table><tr><th>flow</th><th>status</th>"
+        "<th>started (UTC)</th><th>seconds</th><th>batches</th><th>input rows</th>"
+        f"<th>error</th></tr>{rows}</table>"
+    )
+
+
+def _page(settings: Settings, sections: Sequence[str]) -> str:
+    """The HTML page around ``sections``: its style, title and when it was written."""
     now = dt.datetime.now(dt.UTC)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>lakehouse report</title>

@@ -117,91 +117,110 @@ def print_kafka_backlog(settings: Settings, out: TextIO) -> None:
 
 
 def print_status(settings: Settings, out: TextIO | None = None) -> None:
+    """Every section of ``lakehouse status``, in order, to ``out`` (stdout by default)."""
     out = out or sys.stdout
     print(f"lake {settings.root} at {_when(dt.datetime.now(dt.UTC))} UTC", file=out)
-    print("\ntables", file=out)
-    tables = table_rows(settings)
-    if tables:
-        _print_table(
-            ["table", "version", "rows", "files", "last write (UTC)"], tables, out, {1, 2, 3}
-        )
-    else:
-        print("  none yet: run `lakehouse generate` and `lakehouse run --layer all`", file=out)
-
+    _print_lake_tables(settings, out)
     if settings.bronze.source == "kafka":
         print_kafka_backlog(settings, out)
+    _print_last_runs(settings, out)
+    progress = read_table(settings, "ops.stream_progress")
+    _print_state(progress, out)
+    _print_failed_rules(settings, out)
+    _print_marks(settings, out)
+    _print_drops(progress, out)
 
+
+def _print_lake_tables(settings: Settings, out: TextIO) -> None:
+    """Every table with its version, rows, files and last write, or how to make some."""
+    print("\ntables", file=out)
+    tables = table_rows(settings)
+    if not tables:
+        print("  none yet: run `lakehouse generate` and `lakehouse run --layer all`", file=out)
+        return
+    header = ["table", "version", "rows", "files", "last write (UTC)"]
+    _print_table(header, tables, out, {1, 2, 3})
+
+
+def _print_last_runs(settings: Settings, out: TextIO) -> None:
+    """The last run of each flow (ops.runs): its status, time, batches, input rows, error."""
     runs = read_table(settings, "ops.runs")
     print("\nlast run per flow", file=out)
     if runs.empty:
         print("  no runs recorded yet", file=out)
-    else:
-        last = last_runs(runs)
-        _print_table(
-            ["flow", "status", "started (UTC)", "seconds", "batches", "input rows", "error"],
-            [
-                [
-                    r.flow,
-                    r.status,
-                    _when(r.started_at),
-                    f"{(r.ended_at - r.started_at).total_seconds():.1f}",
-                    int(r.batches),
-                    f"{int(r.input_rows):,}",
-                    redact(r.error or "")[:80],
-                ]
-                for r in last.itertuples()
-            ],
-            out,
-            {3, 4, 5},
-        )
+        return
+    rows = [
+        [
+            r.flow,
+            r.status,
+            _when(r.started_at),
+            f"{(r.ended_at - r.started_at).total_seconds():.1f}",
+            int(r.batches),
+            f"{int(r.input_rows):,}",
+            redact(r.error or "")[:80],
+        ]
+        for r in last_runs(runs).itertuples()
+    ]
+    header = ["flow", "status", "started (UTC)", "seconds", "batches", "input rows", "error"]
+    _print_table(header, rows, out, {3, 4, 5})
 
-    progress = read_table(settings, "ops.stream_progress")
+
+def _operators(progress: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ops.stream_progress about a stateful operator (empty when there are none)."""
+    return progress if progress.empty else progress.dropna(subset=["operator"])
+
+
+def _print_state(progress: pd.DataFrame, out: TextIO) -> None:
+    """Per stateful operator: its state now and how it grew over the last RECENT batches."""
     print(f"\nstate per stateful operator (growth over the last {RECENT} micro-batches)", file=out)
-    operators = progress.dropna(subset=["operator"]) if not progress.empty else None
-    if operators is None or operators.empty:
+    operators = _operators(progress)
+    if operators.empty:
         print("  no stateful micro-batches recorded yet", file=out)
-    else:
-        rows = []
-        for (flow, index), group in operators.groupby(["flow", "operator_index"], sort=True):
-            group = group.sort_values(["timestamp", "batch_id"])
-            now, before = group.iloc[-1], group.iloc[max(0, len(group) - RECENT)]
-            growth = int(now.state_rows) - int(before.state_rows)
-            rows.append(
-                [
-                    flow,
-                    f"{int(index)} {now.operator}",
-                    f"{int(now.state_rows):,}",
-                    f"{growth:+,}",
-                    f"{(now.state_memory_bytes or 0) / 2**20:.1f}",
-                    _when(now.watermark),
-                ]
-            )
-        _print_table(
-            ["flow", "operator", "state rows", "growth", "memory MiB", "watermark (UTC)"],
-            rows,
-            out,
-            {2, 3, 4},
-        )
+        return
+    header = ["flow", "operator", "state rows", "growth", "memory MiB", "watermark (UTC)"]
+    _print_table(header, _state_rows(operators), out, {2, 3, 4})
 
+
+def _state_rows(operators: pd.DataFrame) -> list[list]:
+    """Per flow and operator, from its latest micro-batch: state rows, their growth since
+    RECENT micro-batches before, state memory and the watermark."""
+    rows = []
+    for (flow, index), group in operators.groupby(["flow", "operator_index"], sort=True):
+        group = group.sort_values(["timestamp", "batch_id"])
+        now, before = group.iloc[-1], group.iloc[max(0, len(group) - RECENT)]
+        growth = int(now.state_rows) - int(before.state_rows)
+        rows.append(
+            [
+                flow,
+                f"{int(index)} {now.operator}",
+                f"{int(now.state_rows):,}",
+                f"{growth:+,}",
+                f"{(now.state_memory_bytes or 0) / 2**20:.1f}",
+                _when(now.watermark),
+            ]
+        )
+    return rows
+
+
+def _print_failed_rules(settings: Settings, out: TextIO) -> None:
+    """The quality rules that failed (ops.quality_results), with micro-batches and rows."""
     quality = read_table(settings, "ops.quality_results")
     print("\nquality rules that failed", file=out)
     failed = None if quality.empty else quality[~quality["success"].astype(bool)]
     if failed is None or failed.empty:
         print("  none", file=out)
-    else:
-        summary = failed.groupby(["table", "rule", "action"], as_index=False).agg(
-            batches=("batch_id", "nunique"), rows=("unexpected_count", "sum")
-        )
-        _print_table(
-            ["table", "rule", "action", "micro-batches", "rows"],
-            [
-                [r.table, r.rule, r.action, r.batches, f"{int(r.rows):,}"]
-                for r in summary.itertuples()
-            ],
-            out,
-            {3, 4},
-        )
+        return
+    summary = failed.groupby(["table", "rule", "action"], as_index=False).agg(
+        batches=("batch_id", "nunique"), rows=("unexpected_count", "sum")
+    )
+    rows = [
+        [r.table, r.rule, r.action, r.batches, f"{int(r.rows):,}"] for r in summary.itertuples()
+    ]
+    _print_table(["table", "rule", "action", "micro-batches", "rows"], rows, out, {3, 4})
 
+
+def _print_marks(settings: Settings, out: TextIO) -> None:
+    """Per gold table, up to when its rows are final (:func:`current_marks`)."""
     print(
         "\ngold rows final before (ops.completeness: the flow's watermark after its last "
         "micro-batch)",
@@ -210,27 +229,23 @@ def print_status(settings: Settings, out: TextIO | None = None) -> None:
     marks = current_marks(settings)
     if marks.empty:
         print("  no mark yet: no gold micro-batch has moved a watermark", file=out)
-    else:
-        _print_table(
-            ["table", "rows whose", "are before", "as of"],
-            [
-                [r.table, r.column, _when(r.complete_through), _when(r.recorded_at)]
-                for r in marks.itertuples()
-            ],
-            out,
-            set(),
-        )
+        return
+    rows = [
+        [r.table, r.column, _when(r.complete_through), _when(r.recorded_at)]
+        for r in marks.itertuples()
+    ]
+    _print_table(["table", "rows whose", "are before", "as of"], rows, out, set())
 
+
+def _print_drops(progress: pd.DataFrame, out: TextIO) -> None:
+    """Per flow, the rows its stateful operators dropped as late or duplicate, over every run."""
     print("\nrows dropped, over every run (late: behind the watermark)", file=out)
-    if operators is None or operators.empty:
+    operators = _operators(progress)
+    if operators.empty:
         print("  none recorded yet", file=out)
         return
     drops = operators.groupby("flow", as_index=False).agg(
         late=("rows_dropped_by_watermark", "sum"), duplicates=("duplicates_dropped", "sum")
     )
-    _print_table(
-        ["flow", "late rows", "duplicates"],
-        [[r.flow, f"{int(r.late):,}", f"{int(r.duplicates):,}"] for r in drops.itertuples()],
-        out,
-        {1, 2},
-    )
+    rows = [[r.flow, f"{int(r.late):,}", f"{int(r.duplicates):,}"] for r in drops.itertuples()]
+    _print_table(["flow", "late rows", "duplicates"], rows, out, {1, 2})

@@ -731,13 +731,38 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
     """Every check of the lake, in layer order."""
     manifest = _manifest(settings)
     now = now or pd.Timestamp.now(tz="UTC")
-    late = _late_lines(manifest)
-    books_mode = any(late.values())
-    checks: list[Check] = []
+    books_mode = any(_late_lines(manifest).values())
+    bronze, checks = _bronze_checks(settings)
+    events = _events_check(settings, bronze["events"], now, books_mode)
+    attribution = _attribution_check(settings, bronze, now, books_mode)
+    checks += [
+        events.check,
+        attribution.check,
+        _quarantine_check(settings, [*events.quarantined, *attribution.quarantined]),
+        late_events_check(settings, bronze, books_mode),
+        *_gold_over_silver(settings, events, attribution, books_mode),
+    ]
+    _every_table_checked(checks)
+    return checks
 
-    # bronze, row for row whatever the batches
+
+@dataclass
+class _SilverTable:
+    """A silver table verified: its check, its reference rows and the rows found (gold is
+    computed over one or the other), and the rows silver.quarantine must hold for it."""
+
+    check: Check
+    reference: pd.DataFrame
+    found: pd.DataFrame
+    quarantined: list[pd.DataFrame]  # columns table, key (the row's id) and rules
+
+
+def _bronze_checks(settings: Settings) -> tuple[dict[str, pd.DataFrame], list[Check]]:
+    """Each bronze table and bronze.quarantine against the landing lines, row for row whatever
+    the batches; with the reference bronze rows per source, which silver is computed from."""
     bronze: dict[str, pd.DataFrame] = {}
     quarantine_ref = []
+    checks = []
     for source in FIELDS:
         rows, bad = bronze_reference(settings, source)
         bronze[source] = rows
@@ -757,32 +782,22 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
             ["source", "_source_file", "raw"],
         )
     )
+    return bronze, checks
 
-    # silver.events
-    events_rules = load_rules("events")
-    cleaned = clean_events(bronze["events"])
-    kept, bad_events = quality(cleaned, events_rules, now)
+
+def _events_check(
+    settings: Settings, bronze_events: pd.DataFrame, now: pd.Timestamp, books_mode: bool
+) -> _SilverTable:
+    """silver.events against bronze.events cleaned, its quality rules applied and the first
+    copy of each event kept; with its books, and with late data checked by them."""
+    rules = load_rules("events")
+    kept, bad = quality(clean_events(bronze_events), rules, now)
     kept = _nanoseconds(kept, "silver.events")
-    silver_events = first_copies(kept, "event_id")
-    event_columns = list(FIELDS["events"])
-    found_events = _found(settings, "silver.events")
-    check = compare("silver.events", silver_events, found_events, event_columns, ["event_id"])
-    # every bronze row is in exactly one of silver.events, silver.quarantine and
-    # silver.late_events, or is a duplicate of a row silver.events kept; the duplicates and
-    # late rows are those the stateful operator counted in ops.stream_progress (invariant 1),
-    # with or without late data
+    reference = first_copies(kept, "event_id")
+    found = _found(settings, "silver.events")
+    check = compare("silver.events", reference, found, list(FIELDS["events"]), ["event_id"])
     drops = _drops(settings, "silver.events")
-    found_quarantine = _found(settings, "silver.quarantine")
-    found_late = _found(settings, "silver.late_events")
-    books = row_books(
-        _keys(_found(settings, "bronze.events"), "event_id"),
-        _keys(found_events, "event_id"),
-        _record_keys(found_quarantine, "table", "silver.events", "event_id"),
-        _record_keys(found_late, "flow", "silver.events", "event_id"),
-        drops,
-    )
-    check.books_ok = books.ok
-    check.books.extend(books.lines())
+    _balance_events(settings, check, found, drops)
     if books_mode:
         # rows behind the watermark are dropped as micro-batches fall: none may be invented
         check.books_ok = check.books_ok and len(check.missing) <= drops.late
@@ -791,69 +806,87 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
         )
         check.note = "books (late data)"
         check.missing = []
-    checks.append(check)
+    quarantined = [bad.assign(table="silver.events", key=bad["event_id"])]
+    return _SilverTable(check, reference, found, quarantined)
 
-    # silver.ad_attribution
+
+def _balance_events(settings: Settings, check: Check, found: pd.DataFrame, drops: Drops) -> None:
+    """The books of silver.events on its check, with or without late data: every bronze row
+    is in exactly one of silver.events, silver.quarantine and silver.late_events, or is a
+    duplicate of a row silver.events kept; the duplicates and late rows are those the
+    stateful operator counted in ops.stream_progress (invariant 1)."""
+    found_quarantine = _found(settings, "silver.quarantine")
+    found_late = _found(settings, "silver.late_events")
+    books = row_books(
+        _keys(_found(settings, "bronze.events"), "event_id"),
+        _keys(found, "event_id"),
+        _record_keys(found_quarantine, "table", "silver.events", "event_id"),
+        _record_keys(found_late, "flow", "silver.events", "event_id"),
+        drops,
+    )
+    check.books_ok = books.ok
+    check.books.extend(books.lines())
+
+
+ATTRIBUTION_COLUMNS = [
+    "impression_id",
+    "ad_id",
+    "campaign_id",
+    "user_id",
+    "impression_time",
+    "click_id",
+    "click_time",
+]
+ATTRIBUTION_KEYS = ["impression_id", "click_id"]
+
+
+def _attribution_check(
+    settings: Settings, bronze: dict[str, pd.DataFrame], now: pd.Timestamp, books_mode: bool
+) -> _SilverTable:
+    """silver.ad_attribution against the reference impressions joined to the reference clicks
+    (each side with its quality rules applied and the first copy of each id kept)."""
     sides = {}
-    bad_sides = []
+    quarantined = []
     for side in ("impressions", "clicks"):
         side_kept, side_bad = quality(bronze[side], load_rules(side), now)
         side_kept = _nanoseconds(side_kept, f"silver.ad_attribution's {side}")
         sides[side] = first_copies(side_kept, ID[side])
-        bad_sides.append((side, side_bad))
-    attribution = attribution_reference(sides["impressions"], sides["clicks"], settings)
-    attribution_columns = [
-        "impression_id",
-        "ad_id",
-        "campaign_id",
-        "user_id",
-        "impression_time",
-        "click_id",
-        "click_time",
-    ]
-    found_attribution = _found(settings, "silver.ad_attribution")
+        quarantined.append(side_bad.assign(table="silver.ad_attribution", key=side_bad[ID[side]]))
+    reference = attribution_reference(sides["impressions"], sides["clicks"], settings)
+    found = _found(settings, "silver.ad_attribution")
     check = compare(
-        "silver.ad_attribution",
-        attribution,
-        found_attribution,
-        attribution_columns,
-        ["impression_id", "click_id"],
+        "silver.ad_attribution", reference, found, ATTRIBUTION_COLUMNS, ATTRIBUTION_KEYS
     )
     if books_mode:
-        # a late click dropped leaves its impression unmatched; a late impression is missing
-        matched = (
-            found_attribution[found_attribution["click_id"].notna()]
-            if len(found_attribution)
-            else found_attribution
-        )
-        pairs = compare(
-            "silver.ad_attribution",
-            attribution[attribution["click_id"].notna()],
-            matched,
-            attribution_columns,
-            ["impression_id", "click_id"],
-        )
-        check.unexpected, check.differing = pairs.unexpected, pairs.differing
-        unknown = set(found_attribution.get("impression_id", [])) - set(
-            sides["impressions"]["impression_id"]
-        )
-        check.books_ok = not unknown
-        check.books.append(
-            f"{len(unknown):,} impressions not in the reference; matched pairs compared"
-        )
-        check.note = "books (late data)"
-        check.missing = []
-    checks.append(check)
+        _attribution_books(check, reference, found, sides["impressions"])
+    return _SilverTable(check, reference, found, quarantined)
 
-    # silver.quarantine: what each flow quarantined, by the rules broken
-    expected_q = [
-        bad_events.assign(table="silver.events", key=bad_events["event_id"]),
-        *[
-            frame.assign(table="silver.ad_attribution", key=frame[ID[side]])
-            for side, frame in bad_sides
-        ],
-    ]
-    expected_q = pd.concat([f[["table", "key", "rules"]] for f in expected_q], ignore_index=True)
+
+def _attribution_books(
+    check: Check, reference: pd.DataFrame, found: pd.DataFrame, impressions: pd.DataFrame
+) -> None:
+    """silver.ad_attribution with late data: a late click dropped leaves its impression
+    unmatched and a late impression is missing, so only the matched pairs are compared, and
+    every impression found must be one of the reference ``impressions``."""
+    matched = found[found["click_id"].notna()] if len(found) else found
+    pairs = compare(
+        "silver.ad_attribution",
+        reference[reference["click_id"].notna()],
+        matched,
+        ATTRIBUTION_COLUMNS,
+        ATTRIBUTION_KEYS,
+    )
+    check.unexpected, check.differing = pairs.unexpected, pairs.differing
+    unknown = set(found.get("impression_id", [])) - set(impressions["impression_id"])
+    check.books_ok = not unknown
+    check.books.append(f"{len(unknown):,} impressions not in the reference; matched pairs compared")
+    check.note = "books (late data)"
+    check.missing = []
+
+
+def _quarantine_check(settings: Settings, expected: list[pd.DataFrame]) -> Check:
+    """silver.quarantine: what each flow quarantined (``expected``), by the rules broken."""
+    expected_q = pd.concat([f[["table", "key", "rules"]] for f in expected], ignore_index=True)
     found_q = _found(settings, "silver.quarantine")
     if len(found_q):
         records = found_q["record"].map(json.loads)
@@ -866,22 +899,22 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
             ],
             rules=found_q["rules"].map(lambda names: tuple(sorted(names))),
         )
-    checks.append(
-        compare(
-            "silver.quarantine", expected_q, found_q, ["table", "key", "rules"], ["table", "key"]
-        )
+    return compare(
+        "silver.quarantine", expected_q, found_q, ["table", "key", "rules"], ["table", "key"]
     )
 
-    checks.append(late_events_check(settings, bronze, books_mode))
 
-    # gold: over the reference silver, or over the silver found when late rows were dropped
+def _gold_over_silver(
+    settings: Settings, events: _SilverTable, attribution: _SilverTable, books_mode: bool
+) -> list[Check]:
+    """The gold checks: over the reference silver, or over the silver found when late rows
+    were dropped, and then their differences shown but not failed."""
     if books_mode:
-        events, attribution = found_events, found_attribution
-        source = "over the silver tables found"
+        gold = gold_checks(
+            settings, events.found, attribution.found, "over the silver tables found"
+        )
     else:
-        events, attribution = silver_events, attribution
-        source = ""
-    gold = gold_checks(settings, events, attribution, source)
+        gold = gold_checks(settings, events.reference, attribution.reference, "")
     _same_sessions(settings, gold)
     if books_mode:
         # rows silver kept can still be behind a gold flow's own watermark in the micro-batch
@@ -889,9 +922,7 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
         late_in_gold = sum(_drops(settings, flow).late for flow in _gold_flows())
         for check in gold:
             check.tolerated = f"late data: gold flows dropped {late_in_gold:,} late rows"
-    checks.extend(gold)
-    _every_table_checked(checks)
-    return checks
+    return gold
 
 
 SESSION_COLUMNS = ["user_id", "session_start", "session_end", "events", "purchases", "revenue"]
