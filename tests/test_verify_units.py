@@ -207,3 +207,28 @@ def test_rows_sharing_a_key_pair_with_their_close_counterparts():
     expected = pd.DataFrame({"k": [1, 1], "v": [1.0, 2.0]})
     found = pd.DataFrame({"k": [1, 1], "v": [2.0 + 4e-16, 1.0 + 2e-16]})
     assert compare("t", expected, found, ["k", "v"], ["k"]).same
+
+
+def test_a_data_file_missing_from_a_table_is_one_line_naming_it(tmp_path):
+    """A table whose log lists a data file deleted by hand: reading it (verify, report) fails in
+    one line naming the file and the way out, not in pyarrow's traceback."""
+    import pyarrow as pa
+    import pytest
+    from deltalake import write_deltalake
+
+    from lakehouse.errors import LakehouseError
+    from lakehouse.storage.deltafiles import read_arrow
+
+    root = tmp_path / "tables" / "gold" / "t"
+    write_deltalake(str(root), pa.table({"id": [1, 2]}))
+    write_deltalake(str(root), pa.table({"id": [3]}), mode="append")
+    assert sorted(read_arrow(root)["id"].to_pylist()) == [1, 2, 3]
+    gone = sorted(root.glob("*.parquet"))[0]
+    gone.unlink()
+    with pytest.raises(LakehouseError) as error:
+        read_arrow(root)
+    assert str(error.value) == (
+        f"the Delta table at {root} lists a data file that is not there: {gone}; restore the "
+        "file (or the table) from a backup, or rebuild the table with lakehouse run "
+        "--full-refresh"
+    )

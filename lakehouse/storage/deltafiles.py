@@ -19,6 +19,10 @@ class TableNotFound(LakehouseError, FileNotFoundError):
     """The path holds no Delta table."""
 
 
+class MissingDataFile(LakehouseError, FileNotFoundError):
+    """A data file the table's log lists is not on disk (deleted or lost by hand)."""
+
+
 class SchemaMismatch(LakehouseError, ValueError):
     """Data written to a table does not have the table's columns and types."""
 
@@ -147,7 +151,15 @@ def read_arrow(
         filesystem=pafs.SubTreeFileSystem(str(Path(root).absolute()), pafs.LocalFileSystem()),
         file_pruning_predicate=files_where,
     )
-    return dataset.to_table(columns=list(columns) if columns is not None else None)
+    try:
+        return dataset.to_table(columns=list(columns) if columns is not None else None)
+    except FileNotFoundError as exc:
+        missing = str(exc).split("'")[1] if str(exc).count("'") >= 2 else str(exc)
+        raise MissingDataFile(
+            f"the Delta table at {root} lists a data file that is not there: {missing}; "
+            "restore the file (or the table) from a backup, or rebuild the table with "
+            "lakehouse run --full-refresh"
+        ) from None
 
 
 def table_arrow_schema(table) -> pa.Schema:
