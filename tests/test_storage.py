@@ -37,6 +37,21 @@ def test_missing_table_names_table_and_path(spark, store):
         store.read_stream("gold.nothing")
 
 
+def test_a_table_whose_creation_was_killed_before_its_commit_is_created(spark, store):
+    """A kill while delta-spark created a table can leave its log folder without a version
+    (seen in the kill matrix: the next run failed on DELTA_TABLE_NOT_FOUND, every time); the
+    next creation starts over and the table takes rows."""
+    log = store.path("bronze.killed") / "_delta_log"
+    (log / "_staged_commits").mkdir(parents=True)
+    (log / ".00000000000000000000.json.0b1c.tmp").write_text('{"commitInfo":')
+    assert not store.exists("bronze.killed")
+    kv = spark.createDataFrame([(1, "a")], KV)
+    assert store.create("bronze.killed", kv.schema) is True
+    store.write(kv, "bronze.killed")
+    assert [tuple(r) for r in store.read("bronze.killed").collect()] == [(1, "a")]
+    assert not (log / ".00000000000000000000.json.0b1c.tmp").exists()
+
+
 def test_overwrite_replaces_and_schema_mismatch_names_columns(spark, store):
     store.write(spark.createDataFrame(rows(0, 3), KV), "silver.kv")
     store.write(spark.createDataFrame(rows(10, 12), KV), "silver.kv", mode="overwrite")

@@ -6,6 +6,7 @@ without a Spark job (so recording never competes with the flows).
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,17 @@ def log_dir(root: str | Path) -> Path:
 def is_delta_table(root: str | Path) -> bool:
     d = log_dir(root)
     return d.is_dir() and any(n.endswith(".json") or ".checkpoint" in n for n in os.listdir(d))
+
+
+def remove_uncommitted_log(root: str | Path) -> bool:
+    """Remove the log folder of a table whose creation was killed before its first commit (a
+    ``_delta_log`` holding no version): delta-spark would refuse to create the table there
+    forever (``DELTA_TABLE_NOT_FOUND``). Nothing committed is in it. True when removed."""
+    d = log_dir(root)
+    if not d.is_dir() or is_delta_table(root):
+        return False
+    shutil.rmtree(d)
+    return True
 
 
 def latest_version(root: str | Path) -> int:

@@ -511,6 +511,8 @@ class TableStore:
             if self.exists(name):
                 self._register_created(name)
                 return False
+            if dfiles.remove_uncommitted_log(self.path(name)):
+                log.info("table %s: removed the log of a creation killed before its commit", name)
             builder = DeltaTable.createIfNotExists(self.spark).location(str(self.path(name)))
             builder = builder.addColumns(schema)
             if partition_by:
