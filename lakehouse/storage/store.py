@@ -307,17 +307,19 @@ class TableStore:
         writer,
         checkpoint: str | Path,
         query_name: str | None,
-        write: Callable[[DataFrame, int, list[int], str, _Clock], None],
-        count: Callable[[DataFrame, int], list[int]] | None = None,
+        write: Callable[[Any, int, list[int], str, _Clock], None],
+        count: Callable[[DataFrame, int], tuple[list[int], Any]] | None = None,
     ) -> StreamingQuery:
         """Start ``writer``'s query with each micro-batch computed once, in full (persisted:
         the tables' rows come from that one computation, and its stateful operators run, and
         commit their state, in it), then handed to ``write(batch, batch_id, counts, app_id,
-        clock)`` when it has rows. ``counts``: ``count(batch, batch_id)``, the batch's rows
-        first (and what else the writer counts in the same job), or the batch's rows alone. A batch of no rows writes nothing: no Delta transaction, no write
-        job (a no-data batch that only moved the watermark, a replayed batch's state). Spark
-        4.2 fails a foreachBatch whose state stores did not all commit, hence the count even
-        of a batch every table already records."""
+        clock)`` when it has rows. ``count(batch, batch_id)`` gives ``counts`` (the batch's
+        rows first, then what else the writer counts in the same job) and what ``write`` gets
+        in place of the batch; without it, ``counts`` is the batch's rows alone. A batch of no
+        rows writes nothing: no Delta transaction, no write job (a no-data batch that only
+        moved the watermark, a replayed batch's state). Spark 4.2 fails a foreachBatch whose
+        state stores did not all commit, hence the count even of a batch every table already
+        records."""
         app_ids: list[str] = []  # read once the query has written its id
         steps = _Batches(query_name or _query_name(checkpoint))
 
@@ -328,10 +330,10 @@ class TableStore:
                 clock = _Clock()
                 batch = _cacheable(batch).persist()
                 try:
-                    counts = count(batch, batch_id) if count else [batch.count()]
+                    counts, made = count(batch, batch_id) if count else ([batch.count()], batch)
                     clock.lap("compute")
                     if counts[0]:
-                        write(batch, batch_id, counts, app_ids[0], clock)
+                        write(made, batch_id, counts, app_ids[0], clock)
                         clock.lap("write")
                     steps.done(batch_id, clock.laps)
                 finally:
@@ -379,18 +381,14 @@ class TableStore:
             batch = with_batch_columns(batch, batch_id, late_ms)
             return batch, [route_rows(route.rows, batch) for route in routes]
 
-        made: dict[int, tuple[DataFrame, list[DataFrame]]] = {}  # by count for write_batch
-
-        def count(batch: DataFrame, batch_id: int) -> list[int]:
+        def count(batch: DataFrame, batch_id: int):
             # the batch and each route in the job that computes the batch: an empty route is
             # not written, a small one is one file
-            made.clear()
-            made[batch_id] = framed(batch, batch_id)
-            batch, outs = made[batch_id]
-            return _counts([batch, *outs])
+            batch, outs = framed(batch, batch_id)
+            return _counts([batch, *outs]), (batch, outs)
 
-        def write_batch(batch: DataFrame, batch_id: int, counts, app_id: str, clock):
-            batch, outs = made.pop(batch_id)
+        def write_batch(made, batch_id: int, counts, app_id: str, clock):
+            batch, outs = made
             side = {}
             try:
                 side = (before_write(batch, batch_id) if before_write else None) or {}
