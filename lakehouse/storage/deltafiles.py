@@ -166,7 +166,8 @@ def read_arrow(
     try:
         return dataset.to_table(columns=list(columns) if columns is not None else None)
     except FileNotFoundError as exc:
-        missing = str(exc).split("'")[1] if str(exc).count("'") >= 2 else str(exc)
+        gone = (Path(root) / f for f in dataset.files if not (Path(root) / f).exists())
+        missing = next(gone, str(exc))
         raise MissingDataFile(
             f"the Delta table at {root} lists a data file that is not there: {missing}; "
             "restore the file (or the table) from a backup, or rebuild the table with "
