@@ -4,6 +4,7 @@ and the arguments more than one command declares (declared once here, alike ever
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from lakehouse.errors import LakehouseError
@@ -74,34 +75,24 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-def fraction(text: str) -> float:
-    """A share of records: 0 or more, under 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1); got {text!r}") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1); got {value:g}")
-    return value
+def _number(expected: str, must: str, ok: Callable[[float], bool]) -> Callable[[str], float]:
+    """An argument type: a number ``ok`` accepts; else ``expected`` or ``must`` in one line."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}; got {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {must}; got {value:g}")
+        return value
+
+    return parse
 
 
-def share(text: str) -> float:
-    """A share from 0 to 1, both included."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1]; got {text!r}") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1]; got {value:g}")
-    return value
-
-
-def positive(text: str) -> float:
-    """A number more than 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number; got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0; got {value:g}")
-    return value
+# a share of records: 0 or more, under 1
+fraction = _number("a number in [0, 1)", "in [0, 1)", lambda v: 0 <= v < 1)
+# a share from 0 to 1, both included
+share = _number("a number in [0, 1]", "in [0, 1]", lambda v: 0 <= v <= 1)
+# a number more than 0
+positive = _number("a number", "more than 0", lambda v: v > 0)
