@@ -29,6 +29,7 @@ FLOWS = layer_flows("silver")
 UTC = dt.UTC
 T = dt.datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
 EVENTS_FLOW = next(f for f in FLOWS if f.name == "silver.events")
+BRONZE_EVENTS = next(f for f in layer_flows("bronze") if f.name == "bronze.events")
 
 
 def _bronze_row(
@@ -387,7 +388,7 @@ def test_silver_events_equals_a_batch_dedup_of_the_valid_rows(spark, settings, s
             settings, events=500, hours=0.5, file_minutes=3.0, late_fraction=0.0
         )
         gen.generate(spark, settings.root, params, progress=quiet)
-        run_layers(spark, one_file, ["bronze"], out=io.StringIO())
+        run_flows(spark, one_file, [BRONZE_EVENTS], out=io.StringIO())  # all silver.events reads
         reports.append(_silver(spark, settings, max_files=max_files)[0])
     columns = [c for c in events.COLUMNS if c != "_source_file"]
     expected = store.read("bronze.events").dropDuplicates(["event_id"]).select(*columns)
@@ -415,7 +416,7 @@ def test_the_books_of_silver_events_balance_with_late_data(spark, settings, stor
         spark, settings.root, params, progress=lambda label: Progress(label, io.StringIO())
     )
     bronze = settings.with_overrides({"trigger.max_files_per_trigger": 1})
-    run_flows(spark, bronze, [f for f in layer_flows("bronze") if f.name == "bronze.events"])
+    run_flows(spark, bronze, [BRONZE_EVENTS])
     [report] = _silver(spark, settings)
     progress = (
         store.read("ops.stream_progress")
