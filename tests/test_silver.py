@@ -19,7 +19,7 @@ from pyspark.testing import assertDataFrameEqual
 from bronze.sources import table_schema
 from lakehouse.progress import Progress
 from lakehouse.quality import Rule, RuleError, enforce_fail_rules, load_rules
-from lakehouse.runner import FlowFailed, layer_flows, run_flows, run_layers
+from lakehouse.runner import FlowFailed, layer_flows, run_flows
 from lakehouse.storage.deltafiles import latest_version, open_table
 from lakehouse.tools import generate as gen
 from silver import events
