@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from confluent_kafka import Producer
 
+from lakehouse import kafka_client
 from lakehouse.cli import main
 from lakehouse.tools import kafka
 from lakehouse.tools.processes import free_port, port_free
@@ -37,7 +38,7 @@ def test_start_status_and_stop_a_broker(tmp_path, capsys):
         "choose another with --port\n"
     )
 
-    kafka.create_topics(broker.bootstrap, ["clicks", "events"], partitions=3)
+    kafka_client.create_topics(broker.bootstrap, ["clicks", "events"], partitions=3)
     producer = Producer(
         {"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "log_level": 0}
     )
@@ -49,7 +50,7 @@ def test_start_status_and_stop_a_broker(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"kafka: running (pid {pid}) at 127.0.0.1:{port}, data and log in {folder}"
     # a key's records go to one partition: 4 and 1 records in two of the three
-    ends = sorted(t.ends for t in kafka.topics(broker.bootstrap) if t.topic == "events")[0]
+    ends = sorted(t.ends for t in kafka_client.topics(broker.bootstrap) if t.topic == "events")[0]
     assert sorted(ends) == [0, 1, 4]
     assert lines[1:] == [
         "  clicks  3 partitions, 0 records, end offsets 0:0 1:0 2:0",
@@ -61,7 +62,7 @@ def test_start_status_and_stop_a_broker(tmp_path, capsys):
     assert broker.pid() is None and port_free(kafka.HOST, port)
     # started again on its data: the topics and records are still there
     assert main(["kafka", "start", *args]) == 0
-    assert [(t.topic, t.records) for t in kafka.topics(broker.bootstrap)] == [
+    assert [(t.topic, t.records) for t in kafka_client.topics(broker.bootstrap)] == [
         ("clicks", 0),
         ("events", 5),
     ]
@@ -69,11 +70,12 @@ def test_start_status_and_stop_a_broker(tmp_path, capsys):
 
 
 def test_a_topic_with_other_partitions_is_refused(kafka_broker):
-    kafka.create_topics(kafka_broker.bootstrap, ["two"], partitions=2)
-    kafka.create_topics(kafka_broker.bootstrap, ["two"], partitions=2)  # exists: nothing to do
+    kafka_client.create_topics(kafka_broker.bootstrap, ["two"], partitions=2)
+    # (it exists: nothing to do)
+    kafka_client.create_topics(kafka_broker.bootstrap, ["two"], partitions=2)
     try:
-        kafka.create_topics(kafka_broker.bootstrap, ["two"], partitions=3)
-    except kafka.KafkaError as exc:
+        kafka_client.create_topics(kafka_broker.bootstrap, ["two"], partitions=3)
+    except kafka_client.KafkaError as exc:
         assert str(exc) == (
             f"topic two at {kafka_broker.bootstrap} has 2 partitions, not the 3 of "
             "kafka.partitions; set it to match, or use new topics"
@@ -137,7 +139,7 @@ def test_a_broker_with_sasl_lets_in_the_right_password_only(tmp_path, capsys):
             f"users alice, bob); log {folder / 'server.log'}\n"
         )
         assert broker.jaas.stat().st_mode & 0o777 == 0o600
-        assert not kafka.answers(broker.bootstrap, 3)  # no credentials: not let in
+        assert not kafka_client.answers(broker.bootstrap, 3)  # no credentials: not let in
 
         def lake(password: str):
             env = {**_plain("alice", password), "LAKEHOUSE_BRONZE__SOURCE": "kafka"}
@@ -157,8 +159,8 @@ def test_a_broker_with_sasl_lets_in_the_right_password_only(tmp_path, capsys):
         read = kafka_lines(broker.bootstrap, "shop.events.v2", options)
         assert sorted(line.text for line in read) == lines
 
-        with pytest.raises(kafka.KafkaError) as refused:
-            kafka.topics(broker.bootstrap, 5, wrong.kafka.client_options())
+        with pytest.raises(kafka_client.KafkaError) as refused:
+            kafka_client.topics(broker.bootstrap, 5, wrong.kafka.client_options())
         message = str(refused.value)
         assert message.startswith(
             f"the Kafka broker at {broker.bootstrap} refused the connection: "
@@ -208,14 +210,14 @@ def test_sasl_without_users_takes_the_plain_user_of_the_settings(tmp_path, capsy
         assert "(SASL_PLAINTEXT, PLAIN, user carol)" in capsys.readouterr().out
         plain = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"}
         carol = {**plain, "sasl.username": "carol", "sasl.password": "carol-pw-0000"}
-        assert kafka.answers(broker.bootstrap, 5, carol)
-        assert not kafka.answers(broker.bootstrap, 5, {**carol, "sasl.password": "nope"})
+        assert kafka_client.answers(broker.bootstrap, 5, carol)
+        assert not kafka_client.answers(broker.bootstrap, 5, {**carol, "sasl.password": "nope"})
     finally:
         kafka.stop(broker)
     # started again without --sasl: plain text, the JAAS file gone
     assert main(["kafka", "start", *args]) == 0
     try:
         assert not broker.jaas.exists() and broker.users() == []
-        assert kafka.answers(broker.bootstrap, 5)
+        assert kafka_client.answers(broker.bootstrap, 5)
     finally:
         kafka.stop(broker)

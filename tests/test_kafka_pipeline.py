@@ -14,7 +14,7 @@ import time
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
-from lakehouse import checkpoints
+from lakehouse import checkpoints, kafka_client
 from lakehouse.kafka_options import PLAIN_MODULE
 from lakehouse.ops.status import print_status, read_table
 from lakehouse.progress import Progress
@@ -89,7 +89,7 @@ def test_bad_records_on_a_topic_go_to_quarantine_with_their_offset(spark, settin
     are not UTF-8; each quarantine row names its record's offset."""
     lake = _kafka_lake(settings, kafka_broker, "bad.", 1)
     topics = [lake.topic(s) for s in ("events", "impressions", "clicks")]
-    kafka.create_topics(kafka_broker.bootstrap, topics, partitions=1)
+    kafka_client.create_topics(kafka_broker.bootstrap, topics, partitions=1)
     good = '{"event_id":"e%d","user_id":7,"event_time":"2026-01-05T08:00:0%dZ"}'
     big = '{"event_id":"big","user_id":7,"event_time":"2026-01-05T08:00:00Z","page":"%s"}'
     records = [
@@ -190,7 +190,7 @@ def test_records_gone_before_bronze_read_them_stop_it_with_the_way_out(
 ):
     lake = _kafka_lake(settings, kafka_broker, "lost.", 1)
     topics = [lake.topic(s) for s in ("events", "impressions", "clicks")]
-    kafka.create_topics(kafka_broker.bootstrap, topics, partitions=1)
+    kafka_client.create_topics(kafka_broker.bootstrap, topics, partitions=1)
     producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "log_level": 0})
     good = '{"event_id":"e%02d","user_id":7,"event_time":"2026-01-05T08:00:00Z"}'
 
@@ -203,7 +203,7 @@ def test_records_gone_before_bronze_read_them_stop_it_with_the_way_out(
     run_layers(spark, lake, ["bronze"], out=io.StringIO())
     produce(range(10, 20))
     # retention, as far as bronze can tell: offsets 10 to 14 deleted before it read them
-    client = kafka.admin(kafka_broker.bootstrap)
+    client = kafka_client.admin(kafka_broker.bootstrap)
     for future in client.delete_records([TopicPartition(topics[0], 0, 15)]).values():
         future.result(30)
     with pytest.raises(FlowFailed) as failed:
@@ -250,7 +250,7 @@ def test_a_topic_can_start_at_its_own_offsets_and_read_its_own_batch_size(
         }
     )
     topics = {s: lake.topic(s) for s in ("events", "impressions", "clicks")}
-    kafka.create_topics(kafka_broker.bootstrap, list(topics.values()), partitions=1)
+    kafka_client.create_topics(kafka_broker.bootstrap, list(topics.values()), partitions=1)
     producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "log_level": 0})
     event = '{"event_id":"e%d","user_id":7,"event_time":"2026-01-05T08:00:0%dZ"}'
     click = (
@@ -367,7 +367,7 @@ def test_bronze_reads_a_sasl_broker_with_its_password_and_fails_in_one_line_with
         right = _sasl_lake(settings, broker, tmp_path / "right", "Bronze-pw-2468")
         topics = [right.topic(s) for s in ("events", "impressions", "clicks")]
         client = right.kafka.client_options()
-        kafka.create_topics(broker.bootstrap, topics, 1, client)
+        kafka_client.create_topics(broker.bootstrap, topics, 1, client)
         producer = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0, **client})
         event = '{"event_id":"e%d","user_id":7,"event_time":"2026-01-05T08:00:0%dZ"}'
         for i in range(3):
@@ -403,7 +403,7 @@ def test_a_refused_login_is_the_last_line_of_lakehouse_run_and_no_output_shows_t
     broker = kafka.Broker(tmp_path / "broker", free_port())
     kafka.start(broker, users={"bronze": "Bronze-pw-2468"})
     try:
-        kafka.create_topics(
+        kafka_client.create_topics(
             broker.bootstrap, ["events", "impressions", "clicks"], 1, broker.client_options()
         )
         env = {

@@ -80,12 +80,13 @@ def table_rows(settings: Settings) -> list[list]:
 def kafka_backlog(settings: Settings) -> list[list]:
     """Per bronze flow reading Kafka: its topic, the records on the broker, the next offset its
     last committed micro-batch leaves off at per partition, and the records not read yet."""
-    from lakehouse import checkpoints
+    from lakehouse import checkpoints, kafka_client
     from lakehouse.runner import layer_flows
-    from lakehouse.tools import kafka
 
     client = settings.kafka.client_options()
-    on_broker = {t.topic: t for t in kafka.topics(settings.kafka.bootstrap_servers, options=client)}
+    on_broker = {
+        t.topic: t for t in kafka_client.topics(settings.kafka.bootstrap_servers, options=client)
+    }
     rows = []
     for flow in layer_flows("bronze"):
         topic = settings.topic(flow.inputs[0].source)
@@ -104,7 +105,7 @@ def kafka_backlog(settings: Settings) -> list[list]:
 
 
 def print_kafka_backlog(settings: Settings, out: TextIO) -> None:
-    from lakehouse.tools.kafka import KafkaError
+    from lakehouse.kafka_client import KafkaError
 
     print(f"\nkafka at {settings.kafka.bootstrap_servers}: records bronze has not read", file=out)
     try:

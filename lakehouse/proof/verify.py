@@ -140,7 +140,7 @@ def kafka_lines(
     ``options``: the client options a secured broker needs (librdkafka's names)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from lakehouse.tools.kafka import Client, KafkaError
+    from lakehouse.kafka_client import Client, KafkaError
 
     client = Client(bootstrap, {"group.id": "lakehouse-verify", **(options or {})})
     consumer = Consumer({**client.config, "enable.auto.commit": False})

@@ -988,10 +988,10 @@ class KafkaSink:
     ):
         from confluent_kafka import Producer
 
-        from lakehouse.tools import kafka
+        from lakehouse import kafka_client
 
         self.topics = {source: (topics or {}).get(source, prefix + source) for source in SOURCES}
-        kafka.create_topics(bootstrap, list(self.topics.values()), partitions, options)
+        kafka_client.create_topics(bootstrap, list(self.topics.values()), partitions, options)
         self.bootstrap = bootstrap
         self.producer = Producer(
             {
