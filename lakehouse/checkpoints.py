@@ -112,6 +112,25 @@ def committed_offsets(checkpoint: Path) -> list | None:
     return [json.loads(line) if line.strip() not in ("", "-") else None for line in lines[2:]]
 
 
+def source_files(checkpoint: Path, batch: int, source: int = 0) -> list[str]:
+    """The files (URIs) file source ``source`` read in micro-batch ``batch``, from its log:
+    ``sources/<source>/<batch>``, or the compacted file that holds the batch (Spark compacts
+    the log every 10 batches into ``<batch>.compact``, with every batch before it)."""
+    folder = checkpoint / "sources" / str(source)
+    for path in (folder / str(batch), folder / f"{batch}.compact"):
+        if path.is_file():
+            entries = path.read_text().split("\n")[1:]  # after the version line
+            # (a compacted log holds every batch so far: only the batch's lines are parsed)
+            mark = f'"batchId":{batch}'
+            found = [json.loads(line) for line in entries if mark in line]
+            return [e["path"] for e in found if e.get("batchId") == batch]
+    raise CheckpointError(
+        f"the checkpoint at {checkpoint} is broken: its file source log has no entry for "
+        f"micro-batch {batch}; rebuild the flow's tables on a new checkpoint with "
+        "`lakehouse run --full-refresh <one of its tables>`"
+    )
+
+
 def is_no_data_batch(checkpoint: Path, batch: int) -> bool | None:
     """Whether micro-batch ``batch`` reads nothing: its source offsets are those of the batch
     before it (a batch run only to apply a new watermark). None while it is not planned yet."""

@@ -136,6 +136,65 @@ def _event(event_id: str, **fields) -> dict:
     }
 
 
+def test_a_compressed_file_that_does_not_decompress_is_quarantined_whole(spark, settings, store):
+    """Truncated, corrupted or mislabelled compressed landing files: each is one quarantine row
+    naming the decoder's error (none of the lines Spark read before the damage reaches
+    bronze), the other files are read, the flow goes on across runs, and verify's reference
+    says the same. One file per micro-batch, over the source log's compaction (batch 9)."""
+    import bz2
+    import gzip
+    import zlib
+
+    from lakehouse.proof import verify
+
+    def lines(prefix: str, n: int) -> bytes:
+        return b"".join(json.dumps(_event(f"{prefix}{i}")).encode() + b"\n" for i in range(n))
+
+    many = gzip.compress(lines("cut", 3000))  # Spark reads some of it before the cut
+    first = {
+        "events-000000.json": lines("a", 2),
+        "events-000001.json.gz": many[: len(many) // 2],
+        "events-000002.json.gz": b"not gzip at all\n",
+        "events-000003.json.bz2": bz2.compress(lines("bz", 50))[:-20],
+        "events-000004.json.deflate": zlib.compress(lines("d", 2)),
+    }
+    then = {f"events-{i:06d}.json": lines(f"f{i}-", 1) for i in range(5, 12) if i != 9}
+    then["events-000009.json.gz"] = gzip.compress(lines("z", 2))[:-8]  # no trailer
+    folder = settings.landing_path("events")
+    folder.mkdir(parents=True)
+    for source in ("impressions", "clicks"):
+        settings.landing_path(source).mkdir(parents=True)
+    for files in (first, then):  # the second run on the first one's checkpoint
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
+        _bronze(spark, settings, max_files=1)
+
+    kept = sorted(r.event_id for r in store.read("bronze.events").collect())
+    assert kept == sorted(["a0", "a1", "d0", "d1", *(f"f{i}-0" for i in (5, 6, 7, 8, 10, 11))])
+    found = store.read(QUARANTINE_TABLE).collect()
+    assert sorted((r.source, r.raw, r.reason, Path(r._source_file).name) for r in found) == [
+        ("events", None, "unreadable_file", name)
+        for name in (
+            "events-000001.json.gz",
+            "events-000002.json.gz",
+            "events-000003.json.bz2",
+            "events-000009.json.gz",
+        )
+    ]
+    details = {Path(r._source_file).name: r.detail for r in found}
+    assert details["events-000002.json.gz"] == (
+        "gz data that does not decompress to its end (BadGzipFile: Not a gzipped file "
+        "(b'no')); 16 bytes, kept in the landing file"
+    )
+    assert details["events-000003.json.bz2"].startswith("bz2 data that does not decompress")
+    # verify's reference from the same files: the same rows and the same quarantine
+    rows, bad = verify.bronze_reference(settings, "events")
+    assert sorted(rows["event_id"]) == kept
+    assert sorted((r.raw, r.reason, r._source_file) for r in bad.itertuples()) == sorted(
+        (None, "unreadable_file", Path(r._source_file).name) for r in found
+    )
+
+
 def test_each_malformed_kind_gives_a_quarantine_row(spark, settings, store):
     good = json.dumps(_event("e1"))
     lines = {

@@ -34,15 +34,12 @@ lines the two may disagree: verify then reports them, and either side may be the
 
 from __future__ import annotations
 
-import bz2
 import datetime as dt
-import gzip
 import json
 import math
 import re
 import sys
 import tomllib
-import zlib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -52,6 +49,7 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
+from lakehouse import landing
 from lakehouse.contract import EVENT_TIME, FIELDS, ID, MANIFEST, REQUIRED
 from lakehouse.errors import LakehouseError
 from lakehouse.ops.status import read_table
@@ -86,8 +84,6 @@ class VerifyError(LakehouseError, RuntimeError):
 # ---- bronze: landing lines ------------------------------------------------------------------
 
 
-# Landing files compressed by name, as Spark's text source (Hadoop's codecs) reads them
-DECOMPRESS = {".gz": gzip.decompress, ".bz2": bz2.decompress, ".deflate": zlib.decompress}
 BOM = b"\xef\xbb\xbf"
 
 
@@ -97,11 +93,13 @@ class LandingLine:
     text: str | None  # invalid UTF-8 replaced by U+FFFD; None: a Kafka record's null value
     utf8: bool  # False: the line's bytes are not UTF-8
     size: int = 0  # bytes (after a byte-order mark)
+    unreadable: str | None = None  # a compressed file that does not decompress: why
 
 
 def landing_lines(settings: Settings, source: str) -> list[LandingLine]:
     """Every landing line of ``source``, in arrival (file name) order: files named ``.gz``,
-    ``.bz2`` or ``.deflate`` decompressed, a byte-order mark that starts a line dropped. With
+    ``.bz2`` or ``.deflate`` decompressed (one unreadable line for such a file that does not
+    decompress to its end), a byte-order mark that starts a line dropped. With
     ``bronze.source = "kafka"``: every record of topic ``source`` (:func:`kafka_lines`)."""
     if settings.bronze.source == "kafka":
         kafka = settings.kafka
@@ -111,10 +109,11 @@ def landing_lines(settings: Settings, source: str) -> list[LandingLine]:
     # every file Spark's file source reads: not hidden, not starting with "_"
     names = (p for p in folder.iterdir() if p.is_file() and not p.name.startswith(("_", ".")))
     for path in sorted(names):
-        data = path.read_bytes()
-        decompress = DECOMPRESS.get(path.suffix)
-        if decompress:
-            data = decompress(data)
+        try:
+            data = landing.read(path)
+        except landing.UnreadableFile as exc:
+            lines.append(LandingLine(path.name, None, True, unreadable=str(exc)))
+            continue
         parts = re.split(rb"\r\n|\r|\n", data)
         if parts and parts[-1] == b"":
             parts.pop()  # the newline that ends the last line
@@ -276,7 +275,9 @@ def bronze_reference(settings: Settings, source: str) -> tuple[pd.DataFrame, pd.
     arrival order."""
     rows, bad = [], []
     for line in landing_lines(settings, source):
-        if line.size > settings.bronze.max_record_bytes:
+        if line.unreadable:
+            row, reason = None, landing.UNREADABLE
+        elif line.size > settings.bronze.max_record_bytes:
             row, reason = None, "too_large"
         else:
             row, reason = parse_line(source, line.text, line.utf8)

@@ -3,12 +3,14 @@ transform, its output tables created and its sink started on its checkpoint."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lakehouse import checkpoints
+from lakehouse import checkpoints, landing
 from lakehouse.flows import Flow, Input, LandingInput, TableInput
 from lakehouse.runner.errors import MissingInput
 from lakehouse.runner.switch import finish_pending
@@ -48,7 +50,13 @@ def read_input(
             )
         # every file counts however old its modification time (a backfill copied with its
         # original times would otherwise be skipped past the default age of 7 days)
-        reader = spark.readStream.format("text").option("maxFileAge", "36500d")
+        # a compressed file that does not decompress to its end: Spark reads what it can and
+        # the batch quarantines the file (bronze.sources.unreadable_files_quarantined)
+        reader = (
+            spark.readStream.format("text")
+            .option("maxFileAge", "36500d")
+            .option("ignoreCorruptFiles", "true")
+        )
         if max_files:
             reader = reader.option("maxFilesPerTrigger", max_files)
         return reader.load(str(path.absolute())).select(
@@ -182,13 +190,18 @@ def start_flow(
     before = context.getLocalProperty("spark.scheduler.pool")
     context.setLocalProperty("spark.scheduler.pool", flow.layer)
     try:
-        return _start_sink(store, flow, result, checkpoint, trigger)
+        return _start_sink(store, settings, flow, result, checkpoint, trigger)
     finally:
         context.setLocalProperty("spark.scheduler.pool", before)
 
 
 def _start_sink(
-    store: TableStore, flow: Flow, result: DataFrame, checkpoint: Path, trigger: dict
+    store: TableStore,
+    settings: Settings,
+    flow: Flow,
+    result: DataFrame,
+    checkpoint: Path,
+    trigger: dict,
 ) -> StreamingQuery:
     """The flow's sink: its one table, or a table per output (routed)."""
     if len(flow.outputs) == 1 and flow.outputs[0].rows is None:
@@ -215,4 +228,40 @@ def _start_sink(
         trigger=trigger,
         query_name=flow.name,
         before_write=flow.before_write,
+        prepare=_landing_check(settings, flow, checkpoint),
     )
+
+
+def _landing_check(settings: Settings, flow: Flow, checkpoint: Path):
+    """For a flow reading landing files: the step that quarantines its batches' unreadable
+    files (None for the other flows)."""
+    if settings.bronze.source == "kafka" or not any(
+        isinstance(source, LandingInput) for source in flow.inputs
+    ):
+        return None
+    return partial(_unreadable_quarantined, checkpoint)
+
+
+def _unreadable_quarantined(checkpoint: Path, batch: DataFrame, batch_id: int) -> DataFrame:
+    """The parsed micro-batch ``batch_id`` of a landing flow on ``checkpoint`` with each
+    compressed file that does not decompress to its end (lakehouse.landing) as one quarantine
+    row, reason ``unreadable_file`` with the decoder's error, in place of the lines Spark read
+    before the damage (the source skips the rest: ``ignoreCorruptFiles``). A landing flow's
+    transform gives every line ``_source_file``, ``_ingested_at``, ``_reason``, ``_detail``."""
+    from pyspark.sql import functions as F
+
+    files = {
+        uri: why
+        for uri in checkpoints.source_files(checkpoint, batch_id)
+        if (why := landing.unreadable(landing.local_path(uri)))
+    }
+    if not files:
+        return batch
+    log.warning("micro-batch %s quarantines unreadable files: %s", batch_id, files)
+    marks = {"_ingested_at": dt.datetime.now(dt.UTC), "_reason": landing.UNREADABLE}
+    rows = [
+        {**dict.fromkeys(batch.columns), **marks, "_source_file": uri, "_detail": why}
+        for uri, why in sorted(files.items())
+    ]
+    kept = batch.where(~F.col("_source_file").isin(list(files)))
+    return kept.unionByName(batch.sparkSession.createDataFrame(rows, batch.schema))

@@ -361,6 +361,7 @@ class TableStore:
         trigger: dict[str, Any] | None = None,
         query_name: str | None = None,
         before_write: Callable[[DataFrame, int], SideOutputs | None] | None = None,
+        prepare: Callable[[DataFrame, int], DataFrame] | None = None,
     ) -> StreamingQuery:
         """Start a streaming query appending each micro-batch to several tables: table ``name``
         gets ``rows(batch)`` (partitioned by the route's columns, in files in the order of its
@@ -370,7 +371,8 @@ class TableStore:
         a crash between two tables the replayed batch only writes the tables that missed it.
         ``before_write(batch, batch_id)`` runs first (it may raise to stop the query) and may
         return more rows to append to other tables ({table: rows, or a future of them}),
-        written the same way after the routes."""
+        written the same way after the routes. ``prepare(batch, batch_id)``, when given, is
+        the batch the routes and ``before_write`` see (rows taken out or added)."""
         routes = [Route(*route) for route in routes]
         for route in routes:
             split_table_name(route.table)
@@ -378,6 +380,8 @@ class TableStore:
 
         def framed(batch: DataFrame, batch_id: int) -> tuple[DataFrame, list[DataFrame]]:
             late_ms = checkpoints.late_watermark_ms(Path(checkpoint), batch_id)
+            if prepare is not None:
+                batch = prepare(batch, batch_id)
             batch = with_batch_columns(batch, batch_id, late_ms)
             return batch, [route_rows(route.rows, batch) for route in routes]
 
