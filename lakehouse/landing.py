@@ -82,6 +82,14 @@ def unreadable(path: Path) -> str | None:
     return None
 
 
+def spark_name(uri: str) -> str:
+    """A landing file's URI as a file source's log spells it (``file:///x/a%20b``) in the
+    spelling of Spark's ``_metadata.file_path`` (``file:/x/a%20b``), which the lines'
+    ``_source_file`` holds."""
+    parts = urlparse(uri)
+    return f"{parts.scheme}:{parts.path}" if not parts.netloc and parts.scheme else uri
+
+
 def local_path(uri: str) -> Path:
     """A landing file's path from the URI Spark names it by (``file:///...``, %-encoded)."""
     return Path(unquote(urlparse(uri).path))

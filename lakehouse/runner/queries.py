@@ -251,9 +251,9 @@ def _unreadable_quarantined(checkpoint: Path, batch: DataFrame, batch_id: int) -
     from pyspark.sql import functions as F
 
     files = {
-        uri: why
+        landing.spark_name(uri): why
         for uri in checkpoints.source_files(checkpoint, batch_id)
-        if (why := landing.unreadable(landing.local_path(uri)))
+        if uri.startswith("file:") and (why := landing.unreadable(landing.local_path(uri)))
     }
     if not files:
         return batch
