@@ -116,52 +116,79 @@ def parse_lines(lines: DataFrame, source: str, max_bytes: int = MAX_RECORD_BYTES
     for the rare line that has something to rescue.
     """
     schema = SCHEMAS[source]
-    utf8 = F.is_valid_utf8("value")
     lines = lines.withColumn(
         "value",
         F.when(F.col("value").startswith(BOM), F.substring("value", 2, 2**31 - 1)).otherwise(
             F.col("value")
         ),
     )
-    raw = F.col("_raw")
     # rand() makes the parse nondeterministic to the optimizer, which then neither copies it
     # into every expression that reads it nor pushes a filter below it: one parse per line.
     parse = F.when(F.rand(0) >= 0, F.from_json("value", "map<string,string>", STRICT_JSON))
+    utf8 = F.is_valid_utf8("value")
     parsed = lines.select("value", "_source_file", parse.alias("_raw"), utf8.alias("_utf8"))
-    typed = {f.name: _field_value(raw, f.name, f.dataType) for f in schema.fields}
-    present = {f.name: F.element_at(raw, F.lit(f.name)).isNotNull() for f in schema.fields}
-    # a value that is there but does not convert (a string field takes any JSON scalar)
-    mistyped = {
-        f.name: present[f.name] & typed[f.name].isNull()
-        for f in schema.fields
-        if not isinstance(f.dataType, StringType)
-    }
-    known_keys = sum(
-        (F.map_contains_key(raw, F.lit(f.name)).cast("int") for f in schema.fields), F.lit(0)
+    fields = _Fields(F.col("_raw"), schema)
+    reason, detail = _oddity(fields, REQUIRED[source], max_bytes)
+    return parsed.select(
+        # kept for quarantine only; valid UTF-8, as a Parquet string must be
+        F.when(reason.isNotNull(), F.make_valid_utf8("value")).alias("value"),
+        *[fields.typed[f.name].alias(f.name) for f in schema.fields],
+        fields.rescued.alias(RESCUED),
+        "_source_file",
+        F.current_timestamp().alias("_ingested_at"),
+        reason.alias("_reason"),
+        detail.alias("_detail"),
     )
-    # more entries than known keys: unknown keys, or a key repeated (the map keeps both)
-    has_unknown = F.size(raw) > known_keys
-    keys = F.map_keys(raw)
-    repeated = F.when(has_unknown, F.size(F.array_distinct(keys)) < F.size(raw)).otherwise(
-        F.lit(False)
-    )
-    repeated_names = F.array_distinct(
-        F.filter(keys, lambda k: F.size(F.filter(keys, lambda other: other == k)) > 1)
-    )
-    any_mistyped = _any(list(mistyped.values()))
-    known = F.array(*[F.lit(f.name) for f in schema.fields])
-    bad_names = F.array(*[F.when(bad, F.lit(name)) for name, bad in mistyped.items()])
-    rescued = F.map_filter(
-        raw,
-        lambda k, _v: (
-            ~F.array_contains(known, k) | F.coalesce(F.array_contains(bad_names, k), F.lit(False))
-        ),
-    )
-    required = REQUIRED[source]
-    missing = [~present[name] for name in required]
-    wrong = [mistyped[name] for name in required if name in mistyped]
-    wrong_all = list(mistyped.values())
-    value = F.col("value")
+
+
+class _Fields:
+    """What a parsed line (``raw``: field name to JSON text) holds of ``schema``'s fields:
+    each typed, present, mistyped (there, but not converting: a string field takes any JSON
+    scalar), unknown keys or a key repeated, and the rescued data."""
+
+    def __init__(self, raw: Column, schema: StructType):
+        self.raw = raw
+        self.typed = {f.name: _field_value(raw, f.name, f.dataType) for f in schema.fields}
+        self.present = {f.name: F.element_at(raw, F.lit(f.name)).isNotNull() for f in schema.fields}
+        self.mistyped = {
+            f.name: self.present[f.name] & self.typed[f.name].isNull()
+            for f in schema.fields
+            if not isinstance(f.dataType, StringType)
+        }
+        known_keys = sum(
+            (F.map_contains_key(raw, F.lit(f.name)).cast("int") for f in schema.fields), F.lit(0)
+        )
+        # more entries than known keys: unknown keys, or a key repeated (the map keeps both)
+        has_unknown = F.size(raw) > known_keys
+        keys = F.map_keys(raw)
+        self.repeated = F.when(has_unknown, F.size(F.array_distinct(keys)) < F.size(raw)).otherwise(
+            F.lit(False)
+        )
+        self.repeated_names = F.array_distinct(
+            F.filter(keys, lambda k: F.size(F.filter(keys, lambda other: other == k)) > 1)
+        )
+        known = F.array(*[F.lit(f.name) for f in schema.fields])
+        bad_names = F.array(*[F.when(bad, F.lit(name)) for name, bad in self.mistyped.items()])
+        rescued = F.map_filter(
+            raw,
+            lambda k, _v: (
+                ~F.array_contains(known, k)
+                | F.coalesce(F.array_contains(bad_names, k), F.lit(False))
+            ),
+        )
+        self.rescued = F.when(
+            has_unknown | _any(list(self.mistyped.values())),
+            F.when(F.size(rescued) > 0, F.to_json(rescued)),
+        )
+
+
+def _oddity(fields: _Fields, required: tuple[str, ...], max_bytes: int) -> tuple[Column, Column]:
+    """The quarantine reason of a line (in the order of :data:`REASONS`; null: none) and its
+    detail, over the parsed line's ``value``, ``_utf8`` and ``fields``."""
+    raw, value = fields.raw, F.col("value")
+    missing = [~fields.present[name] for name in required]
+    wrong = [fields.mistyped[name] for name in required if name in fields.mistyped]
+    wrong_all = list(fields.mistyped.values())
     # (the checks are ordered so the common line pays only for cheap ones: CASE WHEN
     # evaluates a branch only when its condition holds)
     # a blank line, or a Kafka record without a value (null)
@@ -188,7 +215,7 @@ def parse_lines(lines: DataFrame, source: str, max_bytes: int = MAX_RECORD_BYTES
         .when(not_utf8, "invalid_utf8")
         .when(blank, "empty_line")
         .when(not_object, "malformed_json")
-        .when(repeated, "repeated_key")
+        .when(fields.repeated, "repeated_key")
         .when(_any(missing), "missing_field")
         .when(_any(wrong), "wrong_type")
     )
@@ -203,22 +230,17 @@ def parse_lines(lines: DataFrame, source: str, max_bytes: int = MAX_RECORD_BYTES
         .when(blank, F.when(value.isNull(), F.lit("null value")).otherwise(F.lit("blank line")))
         .when(raw.isNull(), F.lit("not a JSON object"))
         .when(trailing, F.lit("text after the JSON object"))
-        .when(repeated, F.concat(F.lit("repeated key: "), F.array_join(repeated_names, ", ")))
-        .when(_any(missing), F.concat(F.lit("missing: "), _named(required, missing)))
-        .when(_any(wrong), F.concat(F.lit("wrong type: "), _named(list(mistyped), wrong_all)))
+        .when(
+            fields.repeated,
+            F.concat(F.lit("repeated key: "), F.array_join(fields.repeated_names, ", ")),
+        )
+        .when(_any(missing), F.concat(F.lit("missing: "), _named(list(required), missing)))
+        .when(
+            _any(wrong),
+            F.concat(F.lit("wrong type: "), _named(list(fields.mistyped), wrong_all)),
+        )
     )
-    return parsed.select(
-        # kept for quarantine only; valid UTF-8, as a Parquet string must be
-        F.when(reason.isNotNull(), F.make_valid_utf8("value")).alias("value"),
-        *[typed[f.name].alias(f.name) for f in schema.fields],
-        F.when(has_unknown | any_mistyped, F.when(F.size(rescued) > 0, F.to_json(rescued))).alias(
-            RESCUED
-        ),
-        "_source_file",
-        F.current_timestamp().alias("_ingested_at"),
-        reason.alias("_reason"),
-        detail.alias("_detail"),
-    )
+    return reason, detail
 
 
 def _any(conditions: list[Column]) -> Column:

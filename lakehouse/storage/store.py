@@ -376,7 +376,6 @@ class TableStore:
         routes = [Route(*route) for route in routes]
         for route in routes:
             split_table_name(route.table)
-        rows_per_file = self.settings.write.rows_per_file
 
         def framed(batch: DataFrame, batch_id: int) -> tuple[DataFrame, list[DataFrame]]:
             late_ms = checkpoints.late_watermark_ms(Path(checkpoint), batch_id)
@@ -397,43 +396,48 @@ class TableStore:
             try:
                 side = (before_write(batch, batch_id) if before_write else None) or {}
                 clock.lap("before_write")
-                for (name, _, partition_by, event_time, merge), out, rows in zip(
-                    routes, outs, counts[1:], strict=True
-                ):
-                    if rows == 0:  # no write job, no Delta transaction
-                        continue
-                    if merge is not None:
-                        self.upsert(out, name, merge.keys, app_id, batch_id, merge.updates, rows)
-                        failpoint(f"after-write:{name}")
-                        continue
-                    if event_time:
-                        out = timeorder.clustered(out, event_time, rows, rows_per_file)
-                    else:
-                        out = self._sized(out, rows)
-                    self.write(
-                        out,
-                        name,
-                        partition_by=partition_by,
-                        txn=(app_id, batch_id),
-                        order_by=event_time,
-                    )
-                    failpoint(f"after-write:{name}")
+                for route, out, rows in zip(routes, outs, counts[1:], strict=True):
+                    if rows:  # (an empty route: no write job, no Delta transaction)
+                        self._write_route(route, out, rows, app_id, batch_id)
                 clock.lap("write")
-                for name, rows_df in side.items():
-                    if isinstance(rows_df, Future):
-                        rows_df = rows_df.result()
-                        clock.lap("wait_side")
-                    if isinstance(rows_df, pa.Table):
-                        self.append_arrow_once(rows_df, name, app_id, batch_id)
-                    elif rows_df is not None:
-                        self.write(rows_df.coalesce(1), name, txn=(app_id, batch_id))
-                clock.lap("write_side")
+                self._write_side(side, app_id, batch_id, clock)
             finally:
                 # background work on the batch ends before its cached data goes
                 wait([f for f in side.values() if isinstance(f, Future)])
 
         writer = _stream_writer(df, "append", checkpoint, trigger, query_name)
         return self._each_batch(writer, checkpoint, query_name, write_batch, count)
+
+    def _write_route(
+        self, route: Route, out: DataFrame, rows: int, app_id: str, batch_id: int
+    ) -> None:
+        """The ``rows`` rows ``out`` of a routed micro-batch into ``route``'s table, once per
+        ``(app_id, batch_id)``: merged, or appended in files in event-time order."""
+        name, _, partition_by, event_time, merge = route
+        if merge is not None:
+            self.upsert(out, name, merge.keys, app_id, batch_id, merge.updates, rows)
+        else:
+            if event_time:
+                out = timeorder.clustered(out, event_time, rows, self.settings.write.rows_per_file)
+            else:
+                out = self._sized(out, rows)
+            self.write(
+                out, name, partition_by=partition_by, txn=(app_id, batch_id), order_by=event_time
+            )
+        failpoint(f"after-write:{name}")
+
+    def _write_side(self, side: SideOutputs, app_id: str, batch_id: int, clock: _Clock) -> None:
+        """A routed micro-batch's side outputs ({table: rows, an Arrow table, or a future of
+        either}), each once per ``(app_id, batch_id)``."""
+        for name, rows_df in side.items():
+            if isinstance(rows_df, Future):
+                rows_df = rows_df.result()
+                clock.lap("wait_side")
+            if isinstance(rows_df, pa.Table):
+                self.append_arrow_once(rows_df, name, app_id, batch_id)
+            elif rows_df is not None:
+                self.write(rows_df.coalesce(1), name, txn=(app_id, batch_id))
+        clock.lap("write_side")
 
     def _append_once(
         self, df: DataFrame, name: str, app_id: str, version: int, order_by: str | None = None
