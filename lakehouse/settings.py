@@ -155,6 +155,17 @@ class BronzeSettings:
     source: str = "files"
     # a landing line or Kafka record larger than this goes to quarantine whole (too_large)
     max_record_bytes: int = 1_000_000
+    # a landing line this long (with its line end) is not read at all: Spark skips it in
+    # constant memory and bronze quarantines it (too_large) without its text, which stays in
+    # the landing file
+    max_line_bytes: int = 64 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.max_line_bytes <= self.max_record_bytes:
+            raise SettingsError(
+                f"setting 'bronze.max_line_bytes' ({self.max_line_bytes:,}) must be larger "
+                f"than bronze.max_record_bytes ({self.max_record_bytes:,})"
+            )
 
 
 @dataclass(frozen=True)
@@ -588,6 +599,7 @@ _POSITIVE = {
     "kafka.partitions",
     "kafka.api_timeout_s",
     "bronze.max_record_bytes",
+    "bronze.max_line_bytes",
 }
 _NON_NEGATIVE = {
     "trigger.max_files_per_trigger",

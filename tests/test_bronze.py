@@ -199,6 +199,71 @@ def test_a_compressed_file_that_does_not_decompress_is_quarantined_whole(spark, 
     )
 
 
+def test_a_line_too_long_to_read_is_quarantined_without_its_text(spark, settings, store):
+    """bronze.max_record_bytes 400, bronze.max_line_bytes 1,000: a line over 400 bytes goes
+    to quarantine whole; one whose bytes with its line end reach 1,000 is skipped by Spark's
+    line reader (constant memory) and is a too_large row without its text, at the same
+    boundary in verify's reference; plain and gzip files alike."""
+    import gzip
+
+    from lakehouse.proof import verify
+
+    def line(event_id: str, size: int) -> bytes:
+        short = json.dumps(_event(event_id, page="/")).encode()
+        out = json.dumps(_event(event_id, page="/" + "p" * (size - len(short)))).encode()
+        assert len(out) == size
+        return out
+
+    settings = settings.with_overrides(
+        {"bronze.max_record_bytes": 400, "bronze.max_line_bytes": 1000}
+    )
+    plain = [line("ok1", 200), line("whole", 600), line("edge", 998), line("cut", 999)]
+    plain += [line("huge", 5000), line("ok2", 300)]
+    folder = settings.landing_path("events")
+    folder.mkdir(parents=True)
+    (folder / "events-000000.json").write_bytes(b"\n".join(plain) + b"\n")
+    gz = gzip.compress(line("gzhuge", 3000) + b"\r\n" + line("ok3", 100))  # 136 bytes
+    (folder / "events-000001.json.gz").write_bytes(gz)
+    for source in ("impressions", "clicks"):
+        settings.landing_path(source).mkdir(parents=True)
+    _bronze(spark, settings)
+
+    kept = sorted(r.event_id for r in store.read("bronze.events").collect())
+    assert kept == ["ok1", "ok2", "ok3"]
+    found = sorted(
+        (Path(r._source_file).name, r.raw is None, r.reason, r.detail)
+        for r in store.read(QUARANTINE_TABLE).collect()
+    )
+    unread = "left there unread"
+    assert found == [
+        ("events-000000.json", False, "too_large", "600 bytes, over the limit of 400"),
+        ("events-000000.json", False, "too_large", "998 bytes, over the limit of 400"),
+        (
+            "events-000000.json",
+            True,
+            "too_large",
+            f"5,000 bytes, over the limit of 400; line 5 of the landing file, {unread}",
+        ),
+        (
+            "events-000000.json",
+            True,
+            "too_large",
+            f"999 bytes, over the limit of 400; line 4 of the landing file, {unread}",
+        ),
+        (
+            "events-000001.json.gz",
+            True,
+            "too_large",
+            f"3,000 bytes, over the limit of 400; line 1 of the landing file, {unread}",
+        ),
+    ]
+    rows, bad = verify.bronze_reference(settings, "events")
+    assert sorted(rows["event_id"]) == kept
+    assert sorted(zip(bad["_source_file"], bad["raw"].isna(), bad["reason"], strict=True)) == [
+        f[:3] for f in found
+    ]
+
+
 def test_each_malformed_kind_gives_a_quarantine_row(spark, settings, store):
     good = json.dumps(_event("e1"))
     lines = {

@@ -94,12 +94,14 @@ class LandingLine:
     utf8: bool  # False: the line's bytes are not UTF-8
     size: int = 0  # bytes (after a byte-order mark)
     unreadable: str | None = None  # a compressed file that does not decompress: why
+    unread: bool = False  # a line too long to read (bronze.max_line_bytes): no text
 
 
 def landing_lines(settings: Settings, source: str) -> list[LandingLine]:
     """Every landing line of ``source``, in arrival (file name) order: files named ``.gz``,
     ``.bz2`` or ``.deflate`` decompressed (one unreadable line for such a file that does not
-    decompress to its end), a byte-order mark that starts a line dropped. With
+    decompress to its end), a byte-order mark that starts a line dropped, a line Spark
+    skips as too long (:func:`_file_lines`) without its text. With
     ``bronze.source = "kafka"``: every record of topic ``source`` (:func:`kafka_lines`)."""
     if settings.bronze.source == "kafka":
         kafka = settings.kafka
@@ -114,10 +116,26 @@ def landing_lines(settings: Settings, source: str) -> list[LandingLine]:
         except landing.UnreadableFile as exc:
             lines.append(LandingLine(path.name, None, True, unreadable=str(exc)))
             continue
-        parts = re.split(rb"\r\n|\r|\n", data)
-        if parts and parts[-1] == b"":
-            parts.pop()  # the newline that ends the last line
-        lines.extend(_line(path.name, raw) for raw in parts)
+        lines.extend(_file_lines(path.name, data, settings.bronze.max_line_bytes))
+    return lines
+
+
+def _file_lines(name: str, data: bytes, max_line_bytes: int) -> list[LandingLine]:
+    """The lines of a landing file's bytes, ended as Hadoop's line reader ends them; a line
+    whose bytes with its end reach ``max_line_bytes`` (a byte-order mark that starts the file
+    not counted) is one the reader skips: unread, with no text."""
+    pieces = re.split(rb"(\r\n|\r|\n)", data)
+    parts, ends = pieces[0::2], pieces[1::2]
+    if parts[-1] == b"":
+        parts.pop()  # after the line end of the last line (or an empty file)
+    lines = []
+    for i, raw in enumerate(parts):
+        bom = len(BOM) if i == 0 and raw.startswith(BOM) else 0
+        end = len(ends[i]) if i < len(ends) else 0
+        if len(raw) + end - bom >= max_line_bytes:
+            lines.append(LandingLine(name, None, True, len(raw) - bom, unread=True))
+        else:
+            lines.append(_line(name, raw))
     return lines
 
 
@@ -277,7 +295,7 @@ def bronze_reference(settings: Settings, source: str) -> tuple[pd.DataFrame, pd.
     for line in landing_lines(settings, source):
         if line.unreadable:
             row, reason = None, landing.UNREADABLE
-        elif line.size > settings.bronze.max_record_bytes:
+        elif line.unread or line.size > settings.bronze.max_record_bytes:
             row, reason = None, "too_large"
         else:
             row, reason = parse_line(source, line.text, line.utf8)

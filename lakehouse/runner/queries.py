@@ -14,7 +14,7 @@ from lakehouse import checkpoints, landing
 from lakehouse.flows import Flow, Input, LandingInput, TableInput
 from lakehouse.runner.errors import MissingInput
 from lakehouse.runner.switch import finish_pending
-from lakehouse.settings import Settings
+from lakehouse.settings import BronzeSettings, Settings
 from lakehouse.storage import deltafiles as dfiles
 from lakehouse.storage import trigger_kwargs
 from lakehouse.storage.store import Route
@@ -49,13 +49,16 @@ def read_input(
                 f"landing folder {path} does not exist; check --root or run `lakehouse generate`"
             )
         # every file counts however old its modification time (a backfill copied with its
-        # original times would otherwise be skipped past the default age of 7 days)
-        # a compressed file that does not decompress to its end: Spark reads what it can and
-        # the batch quarantines the file (bronze.sources.unreadable_files_quarantined)
+        # original times would otherwise be skipped past the default age of 7 days); what
+        # Spark does not read, each batch quarantines (_landing_quarantined): the rest of a
+        # compressed file that does not decompress to its end, and a line too long to hold,
+        # which Hadoop's line reader skips in constant memory
+        max_line = str(settings.bronze.max_line_bytes)
         reader = (
             spark.readStream.format("text")
             .option("maxFileAge", "36500d")
             .option("ignoreCorruptFiles", "true")
+            .option("mapreduce.input.linerecordreader.line.maxlength", max_line)
         )
         if max_files:
             reader = reader.option("maxFilesPerTrigger", max_files)
@@ -233,35 +236,60 @@ def _start_sink(
 
 
 def _landing_check(settings: Settings, flow: Flow, checkpoint: Path):
-    """For a flow reading landing files: the step that quarantines its batches' unreadable
-    files (None for the other flows)."""
+    """For a flow reading landing files: the step that quarantines what its batches' files
+    hold that Spark does not read (None for the other flows)."""
     if settings.bronze.source == "kafka" or not any(
         isinstance(source, LandingInput) for source in flow.inputs
     ):
         return None
-    return partial(_unreadable_quarantined, checkpoint)
+    return partial(_landing_quarantined, checkpoint, settings.bronze)
 
 
-def _unreadable_quarantined(checkpoint: Path, batch: DataFrame, batch_id: int) -> DataFrame:
-    """The parsed micro-batch ``batch_id`` of a landing flow on ``checkpoint`` with each
-    compressed file that does not decompress to its end (lakehouse.landing) as one quarantine
-    row, reason ``unreadable_file`` with the decoder's error, in place of the lines Spark read
-    before the damage (the source skips the rest: ``ignoreCorruptFiles``). A landing flow's
-    transform gives every line ``_source_file``, ``_ingested_at``, ``_reason``, ``_detail``."""
+def _landing_quarantined(
+    checkpoint: Path, bronze: BronzeSettings, batch: DataFrame, batch_id: int
+) -> DataFrame:
+    """The parsed micro-batch ``batch_id`` of a landing flow on ``checkpoint`` with a
+    quarantine row for what Spark does not read of its files (lakehouse.landing.check): a
+    compressed file that does not decompress to its end is one row, ``unreadable_file`` with
+    the decoder's error, in place of the lines Spark read before the damage (the source skips
+    the rest: ``ignoreCorruptFiles``); a line of ``bronze.max_line_bytes`` or more, which the
+    source skips, is a ``too_large`` row without its text. A landing flow's transform gives
+    every line ``_source_file``, ``_ingested_at``, ``_reason``, ``_detail``."""
     from pyspark.sql import functions as F
 
-    files = {
-        landing.spark_name(uri): why
+    checks = {
+        landing.spark_name(uri): landing.check(landing.local_path(uri), bronze.max_line_bytes)
         for uri in checkpoints.source_files(checkpoint, batch_id)
-        if uri.startswith("file:") and (why := landing.unreadable(landing.local_path(uri)))
+        if uri.startswith("file:")
     }
-    if not files:
-        return batch
-    log.warning("micro-batch %s quarantines unreadable files: %s", batch_id, files)
-    marks = {"_ingested_at": dt.datetime.now(dt.UTC), "_reason": landing.UNREADABLE}
-    rows = [
-        {**dict.fromkeys(batch.columns), **marks, "_source_file": uri, "_detail": why}
-        for uri, why in sorted(files.items())
+    unreadable = {uri: c.unreadable for uri, c in checks.items() if c.unreadable}
+    found = [(uri, landing.UNREADABLE, why) for uri, why in unreadable.items()] + [
+        (uri, "too_large", _unread_line(line, bronze.max_record_bytes))
+        for uri, c in checks.items()
+        for line in c.long
     ]
-    kept = batch.where(~F.col("_source_file").isin(list(files)))
-    return kept.unionByName(batch.sparkSession.createDataFrame(rows, batch.schema))
+    if not found:
+        return batch
+    log.warning("micro-batch %s quarantines what it cannot read: %s", batch_id, found)
+    now = dt.datetime.now(dt.UTC)
+    rows = [
+        {
+            **dict.fromkeys(batch.columns),
+            "_ingested_at": now,
+            "_source_file": uri,
+            "_reason": reason,
+            "_detail": detail,
+        }
+        for uri, reason, detail in sorted(found)
+    ]
+    if unreadable:
+        batch = batch.where(~F.col("_source_file").isin(list(unreadable)))
+    return batch.unionByName(batch.sparkSession.createDataFrame(rows, batch.schema))
+
+
+def _unread_line(line: landing.LongLine, max_bytes: int) -> str:
+    """The detail of a line too long to read (bronze.max_line_bytes)."""
+    return (
+        f"{line.size:,} bytes, over the limit of {max_bytes:,}; line {line.number:,} of the "
+        "landing file, left there unread"
+    )
