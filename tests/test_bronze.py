@@ -222,7 +222,7 @@ def test_a_line_too_long_to_read_is_quarantined_without_its_text(spark, settings
     folder = settings.landing_path("events")
     folder.mkdir(parents=True)
     (folder / "events-000000.json").write_bytes(b"\n".join(plain) + b"\n")
-    gz = gzip.compress(line("gzhuge", 3000) + b"\r\n" + line("ok3", 100))  # 136 bytes
+    gz = gzip.compress(line("gzhuge", 3000) + b"\r\n" + line("ok3", 150))  # 200-odd bytes
     (folder / "events-000001.json.gz").write_bytes(gz)
     for source in ("impressions", "clicks"):
         settings.landing_path(source).mkdir(parents=True)
