@@ -425,10 +425,23 @@ def _cut(sessions, events: int):
 def events_frame(spark: SparkSession, traffic: Traffic) -> DataFrame:
     """The events of ``traffic``: its sessions exploded into their events (a funnel of page
     views, searches and add-to-carts, a checkout at the end of a converting session)."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    t, seed = traffic, traffic.seed
+    t = traffic
+    sessions = _sessions(spark, t)
+    if sessions is None:
+        return None
+    events = _event_columns(_session_events(sessions, t.seed), t)
+    keep = F.lit(True) if t.keep_from_ms is None else F.unix_millis("event_time") >= t.keep_from_ms
+    return events.where(keep)
+
+
+_SESSION_COLUMNS = ["user_id", "slot", "start_ms", "events", "kept", "converts", "buys"]
+
+
+def _sessions(spark: SparkSession, t: Traffic) -> DataFrame | None:
+    """The sessions of ``t`` that make its events (sampled more widely until enough are
+    found); None when it has no events."""
     sessions = None
     for oversample in (1.3, 2.0, 4.0, 16.0):
         sessions = _cut(sessions_spec(spark, t, t.activity(oversample)), t.events)
@@ -441,8 +454,17 @@ def events_frame(spark: SparkSession, traffic: Traffic) -> DataFrame:
                 "hours; give more --users or --hours"
             )
         return None
-    columns = ["user_id", "slot", "start_ms", "events", "kept", "converts", "buys"]
-    frame = spark.createDataFrame(sessions[columns]).repartition(SPEC_PARTITIONS, "user_id")
+    frame = spark.createDataFrame(sessions[_SESSION_COLUMNS])
+    return frame.repartition(SPEC_PARTITIONS, "user_id")
+
+
+def _session_events(frame: DataFrame, seed: int) -> DataFrame:
+    """Each session's events: their position, whether they buy or cart, and their times
+    (log-normal gaps; a few seconds between the purchases of a checkout)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    columns = _SESSION_COLUMNS
     pos, buys = F.col("pos"), F.col("buys")
     unit = lambda salt: _hash_unit("user_id", "slot", "pos", salt=seed + salt)  # noqa: E731
     gap = (
@@ -451,7 +473,7 @@ def events_frame(spark: SparkSession, traffic: Traffic) -> DataFrame:
     )
     buying = F.col("converts") & (F.col("events") >= 4) & (pos >= F.col("events") - buys)
     carting = F.col("converts") & (F.col("events") >= 4) & (pos == F.col("events") - buys - 1)
-    events = (
+    return (
         frame.select(
             *columns[:-2],
             "converts",
@@ -472,52 +494,54 @@ def events_frame(spark: SparkSession, traffic: Traffic) -> DataFrame:
             + F.sum("gap_ms").over(Window.partitionBy("user_id", "slot").orderBy("pos")),
         )
     )
+
+
+def _event_columns(events: DataFrame, t: Traffic) -> DataFrame:
+    """The events' landing fields: id, type, page, amount, time, device and country."""
+    from pyspark.sql import functions as F
+
+    seed = t.seed
+    unit = lambda salt: _hash_unit("user_id", "slot", "pos", salt=seed + salt)  # noqa: E731
     browse = unit(33)
     page_pick, item = unit(34), unit(35)
     product = f"concat('/product/', 1 + cast(floor({PRODUCTS} * pow({item}, 3)) as int))"
     category = f"concat('/category/', 1 + cast(floor({CATEGORIES} * pow({item}, 2)) as int))"
     landing = f"CASE WHEN {page_pick} < 0.35 THEN '/' WHEN {page_pick} < 0.6 THEN {category} ELSE {product} END"
     viewing = f"CASE WHEN {page_pick} < 0.08 THEN '/' WHEN {page_pick} < 0.35 THEN {category} ELSE {product} END"
-    return (
-        events.select(
-            F.expr(f"md5(concat('e:{t.tag}:', user_id, ':', slot, ':', pos))").alias("event_id"),
-            "user_id",
-            F.expr(
-                "CASE WHEN buying THEN 'purchase' WHEN carting THEN 'add_to_cart'"
-                f" WHEN pos = 0 OR {browse} < 0.70 THEN 'page_view'"
-                f" WHEN {browse} < 0.88 THEN 'search' ELSE 'add_to_cart' END"
-            ).alias("event_type"),
-            "pos",
-            "event_ms",
-            "slot",
-        )
-        .select(
-            "event_id",
-            "user_id",
-            "event_type",
-            F.expr(
-                "CASE event_type WHEN 'search' THEN '/search' WHEN 'add_to_cart' THEN '/cart'"
-                f" WHEN 'purchase' THEN '/checkout/complete'"
-                f" ELSE CASE WHEN pos = 0 THEN {landing} ELSE {viewing} END END"
-            ).alias("page"),
-            F.expr(
-                f"CASE WHEN event_type = 'purchase' THEN round(least(5000, exp(3.2 + 0.9 * "
-                f"{_hash_normal('user_id', 'slot', 'pos', salt=seed + 36)})), 2) END"
-            ).alias("amount"),
-            F.timestamp_millis("event_ms").alias("event_time"),
-            F.expr(
-                f"CASE WHEN {_hash_unit('user_id', 'slot', salt=seed + 4)} < 0.55 THEN 'mobile'"
-                f" WHEN {_hash_unit('user_id', 'slot', salt=seed + 4)} < 0.93 THEN 'desktop'"
-                " ELSE 'tablet' END"
-            ).alias("device"),
-            F.expr(
-                "element_at(array('US','US','US','DE','GB','FR','IN','BR','JP','NL'), "
-                f"1 + cast(pmod(xxhash64(user_id, {seed + 5}), 10) as int))"
-            ).alias("country"),
-        )
-        .where(
-            F.lit(True) if t.keep_from_ms is None else F.unix_millis("event_time") >= t.keep_from_ms
-        )
+    return events.select(
+        F.expr(f"md5(concat('e:{t.tag}:', user_id, ':', slot, ':', pos))").alias("event_id"),
+        "user_id",
+        F.expr(
+            "CASE WHEN buying THEN 'purchase' WHEN carting THEN 'add_to_cart'"
+            f" WHEN pos = 0 OR {browse} < 0.70 THEN 'page_view'"
+            f" WHEN {browse} < 0.88 THEN 'search' ELSE 'add_to_cart' END"
+        ).alias("event_type"),
+        "pos",
+        "event_ms",
+        "slot",
+    ).select(
+        "event_id",
+        "user_id",
+        "event_type",
+        F.expr(
+            "CASE event_type WHEN 'search' THEN '/search' WHEN 'add_to_cart' THEN '/cart'"
+            f" WHEN 'purchase' THEN '/checkout/complete'"
+            f" ELSE CASE WHEN pos = 0 THEN {landing} ELSE {viewing} END END"
+        ).alias("page"),
+        F.expr(
+            f"CASE WHEN event_type = 'purchase' THEN round(least(5000, exp(3.2 + 0.9 * "
+            f"{_hash_normal('user_id', 'slot', 'pos', salt=seed + 36)})), 2) END"
+        ).alias("amount"),
+        F.timestamp_millis("event_ms").alias("event_time"),
+        F.expr(
+            f"CASE WHEN {_hash_unit('user_id', 'slot', salt=seed + 4)} < 0.55 THEN 'mobile'"
+            f" WHEN {_hash_unit('user_id', 'slot', salt=seed + 4)} < 0.93 THEN 'desktop'"
+            " ELSE 'tablet' END"
+        ).alias("device"),
+        F.expr(
+            "element_at(array('US','US','US','DE','GB','FR','IN','BR','JP','NL'), "
+            f"1 + cast(pmod(xxhash64(user_id, {seed + 5}), 10) as int))"
+        ).alias("country"),
     )
 
 
@@ -1245,8 +1269,6 @@ def follow(
         raise GenerateError("--rate and --interval must be finite numbers more than 0")
     landing = Landing(root)
     run = _run_number(landing)
-    pending = {s: Landed.empty() for s in SOURCES}
-    tallies = {s: SourceTally() for s in SOURCES}
     entry: dict[str, Any] = {
         "run": run,
         "mode": "follow",
@@ -1258,6 +1280,7 @@ def follow(
         "sources": {},
     }
     landing.record_run(entry)
+    outbox = _Outbox(landing, sink, entry)
     window_start = int(time.time() * 1000)
     tick = 0
     stream = FollowStream(
@@ -1268,22 +1291,6 @@ def follow(
         start_ms=window_start,
         chunk_ms=int(max(interval_s, FOLLOW_CHUNK_S) * 1000),
     )
-
-    def emit(until_ms: int | None) -> None:
-        for source in SOURCES:
-            waiting = pending[source]
-            due = (
-                waiting.arrival <= until_ms if until_ms is not None else np.ones(len(waiting), bool)
-            )
-            if due.any():
-                part = waiting.take(np.flatnonzero(due))
-                part = part.take(np.argsort(part.arrival, kind="stable"))
-                seq = landing.next_sequence(source)
-                tallies[source].add(_write(landing, sink, source, part, seq), part)
-            pending[source] = waiting.take(np.flatnonzero(~due))
-        entry["sources"] = {s: _summary(tallies[s], sink, s) for s in SOURCES}
-        landing.record_run(entry)
-
     try:
         while ticks == 0 or tick < ticks:
             deadline = window_start + interval_s * 1000
@@ -1293,17 +1300,44 @@ def follow(
             n = 0
             for source in SOURCES:
                 event_ms, lines = stream.take(source, now)
-                landed = inject_faults(
-                    source, event_ms, list(lines), params, _rng(params.seed, run, source, tick)
-                )
-                pending[source] = pending[source].extend(landed)
+                rng = _rng(params.seed, run, source, tick)
+                outbox.add(source, inject_faults(source, event_ms, list(lines), params, rng))
                 n += len(event_ms) if source == "events" else 0
-            emit(now)
+            outbox.emit(now)
             tick += 1
             print(f"tick {tick}: {n} events up to {_iso(now)}", file=out, flush=True)
             window_start = now
     except KeyboardInterrupt:
         print("stopping: writing the lines still waiting for their arrival time", file=out)
     entry["complete"] = True
-    emit(None)
+    outbox.emit(None)
     return entry
+
+
+class _Outbox:
+    """A follow run's lines waiting for their arrival time, what it wrote per source, and its
+    manifest entry, recorded after each write."""
+
+    def __init__(self, landing: Landing, sink: KafkaSink | None, entry: dict[str, Any]):
+        self.landing, self.sink, self.entry = landing, sink, entry
+        self.pending = {s: Landed.empty() for s in SOURCES}
+        self.tallies = {s: SourceTally() for s in SOURCES}
+
+    def add(self, source: str, landed: Landed) -> None:
+        self.pending[source] = self.pending[source].extend(landed)
+
+    def emit(self, until_ms: int | None) -> None:
+        """Write, per source in one file, the lines that arrive by ``until_ms`` (None: all)."""
+        for source in SOURCES:
+            waiting = self.pending[source]
+            due = (
+                waiting.arrival <= until_ms if until_ms is not None else np.ones(len(waiting), bool)
+            )
+            if due.any():
+                part = waiting.take(np.flatnonzero(due))
+                part = part.take(np.argsort(part.arrival, kind="stable"))
+                seq = self.landing.next_sequence(source)
+                self.tallies[source].add(_write(self.landing, self.sink, source, part, seq), part)
+            self.pending[source] = waiting.take(np.flatnonzero(~due))
+        self.entry["sources"] = {s: _summary(self.tallies[s], self.sink, s) for s in SOURCES}
+        self.landing.record_run(self.entry)
