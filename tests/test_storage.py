@@ -120,36 +120,72 @@ def test_update_mode_upserts_latest_value_per_key(spark, store, settings):
     assertDataFrameEqual(store.read("gold.kv"), expected)
 
 
-def test_update_mode_replayed_batch_is_skipped(spark, store, settings):
-    df = spark.createDataFrame([(1, 1, "a")], "k long, n long, latest string")
+# an upsert of a few rows into a table with rows is delta-rs's MERGE; write.arrow_upsert_rows 0
+# makes it delta-spark's: both paths, the same rows and the same exactly-once
+UPSERT_PATHS = pytest.mark.parametrize("arrow_rows", [1_000_000, 0], ids=["delta-rs", "spark"])
+
+
+@pytest.fixture
+def upserts(spark, settings, arrow_rows):
+    from lakehouse.storage import table_store
+
+    return table_store(spark, settings.with_overrides({"write.arrow_upsert_rows": arrow_rows}))
+
+
+@UPSERT_PATHS
+def test_update_mode_replayed_batch_is_skipped(spark, upserts, arrow_rows):
+    store = upserts
+    df = spark.createDataFrame([(1, 1, "a"), (2, 1, "b")], "k long, n long, latest string")
     store.upsert(df, "gold.once", ["k"], "app", 0)
     df2 = spark.createDataFrame([(1, 5, "b")], "k long, n long, latest string")
     store.upsert(df2, "gold.once", ["k"], "app", 0)  # replay of batch 0 with other content
     assertDataFrameEqual(store.read("gold.once"), df)
     store.upsert(df2, "gold.once", ["k"], "app", 1)
-    assertDataFrameEqual(store.read("gold.once"), df2)
-
-
-def test_upsert_by_two_key_columns(spark, store):
-    """Each key comparison is parenthesized: unparenthesized, DataFusion read the MERGE
-    predicate of two keys as ``a IS NOT DISTINCT FROM (b AND c)`` and failed."""
-    schema = "k long, w string, n long"
-    store.upsert(
-        spark.createDataFrame([(1, "a", 1), (1, "b", 2)], schema), "gold.kw", ["k", "w"], "app", 0
+    assertDataFrameEqual(
+        store.read("gold.once"),
+        spark.createDataFrame([(1, 5, "b"), (2, 1, "b")], "k long, n long, latest string"),
     )
+    store.upsert(df, "gold.once", ["k"], "app", 1)  # replayed: skipped
+    history = DeltaTable(str(store.path("gold.once"))).history()
+    assert [h["operation"] for h in history][:1] == ["MERGE"]
+    assert DeltaTable(str(store.path("gold.once"))).transaction_version("app") == 1
+    engine = history[0].get("engineInfo") or history[0].get("clientVersion") or ""
+    assert ("delta-rs" in engine) == bool(arrow_rows), history[0]
+
+
+@UPSERT_PATHS
+def test_upsert_by_two_key_columns_and_update_expressions(spark, upserts):
+    """Each key comparison is parenthesized: unparenthesized, DataFusion read the MERGE
+    predicate of two keys as ``a IS NOT DISTINCT FROM (b AND c)`` and failed. A matched row
+    takes each updated column's SQL expression over ``t`` and ``s``."""
+    store = upserts
+    schema = "k long, w string, n long, mean double"
+    first = [(1, "a", 1, 1.0), (1, "b", 2, 3.0)]
+    store.upsert(spark.createDataFrame(first, schema), "gold.kw", ["k", "w"], "app", 0)
     store.upsert(
-        spark.createDataFrame([(1, "b", 7), (2, "a", 3)], schema), "gold.kw", ["k", "w"], "app", 1
+        spark.createDataFrame([(1, "b", 2, 6.0), (2, "a", 3, 1.5)], schema),
+        "gold.kw",
+        ["k", "w"],
+        "app",
+        1,
+        updates={"n": "t.n + s.n", "mean": "(t.mean * t.n + s.mean * s.n) / (t.n + s.n)"},
     )
     assertDataFrameEqual(
         store.read("gold.kw"),
-        spark.createDataFrame([(1, "a", 1), (1, "b", 7), (2, "a", 3)], schema),
+        spark.createDataFrame([(1, "a", 1, 1.0), (1, "b", 4, 4.5), (2, "a", 3, 1.5)], schema),
     )
 
 
-def test_update_mode_refuses_duplicate_keys_in_a_batch(spark, store):
+@UPSERT_PATHS
+def test_update_mode_refuses_duplicate_keys_in_a_batch(spark, upserts):
+    store = upserts
+    store.upsert(spark.createDataFrame([(1, 0)], "k long, n long"), "gold.dupes", ["k"], "app", 0)
     df = spark.createDataFrame([(1, 1), (1, 2)], "k long, n long")
-    with pytest.raises(ValueError, match=r"key\(s\) of \(k\) occur more than once in batch 0"):
-        store.upsert(df, "gold.dupes", ["k"], "app", 0)
+    with pytest.raises(ValueError, match=r"key\(s\) of \(k\) occur more than once in batch 1"):
+        store.upsert(df, "gold.dupes", ["k"], "app", 1)
+    assertDataFrameEqual(
+        store.read("gold.dupes"), spark.createDataFrame([(1, 0)], "k long, n long")
+    )
 
 
 def test_update_mode_needs_keys(spark, store, settings):

@@ -88,6 +88,16 @@ def check_schema(table_name: str, table: pa.Schema, incoming: pa.Schema) -> None
         )
 
 
+def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``data`` with exactly ``schema``'s columns, in its order and types (cast where they
+    differ only in how Arrow spells them: large strings, timestamp zones, nullability)."""
+    arrays = []
+    for f in schema:
+        column = data.column(f.name)
+        arrays.append(column if column.type.equals(f.type) else column.cast(f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
 def log_dir(root: str | Path) -> Path:
     return Path(root) / "_delta_log"
 

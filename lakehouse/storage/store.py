@@ -477,6 +477,59 @@ class TableStore:
         jtxn.commit(files.appended(record), write_op)
         return True
 
+    def _upsert_arrow(
+        self,
+        df: DataFrame,
+        name: str,
+        keys: Sequence[str],
+        app_id: str,
+        batch_id: int,
+        updates: dict[str, str] | None,
+    ) -> bool:
+        """:meth:`upsert` by delta-rs: the batch collected as Arrow and merged in one commit
+        that records (``app_id``, ``batch_id``); False, with nothing done, where delta-spark
+        does it (no table yet, a table with no rows, a batch whose columns are not the
+        table's: delta-spark's path says how in one line)."""
+        import pyarrow.compute as pc
+        from deltalake import CommitProperties, Transaction
+
+        if not self.exists(name):
+            return False
+        table = dfiles.open_table(self.path(name))
+        recorded = table.transaction_version(app_id)
+        if recorded is not None and recorded >= batch_id:
+            log.info("upsert batch %s of %s already in %s: skipped", batch_id, app_id, name)
+            return True
+        schema = dfiles.utc_schema(dfiles.table_arrow_schema(table))
+        incoming = dfiles.utc_schema(_arrow_schema(df.schema))
+        if not table.file_uris() or dfiles.schema_differences(schema, incoming):
+            return False
+        data = dfiles.conform(df.toArrow(), schema)
+        copies = data.group_by(list(keys)).aggregate([([], "count_all")])
+        copies = copies.filter(pc.greater(copies.column("count_all"), 1))
+        if copies.num_rows:
+            example = json.dumps(copies.select(list(keys)).slice(0, 1).to_pylist()[0], default=str)
+            raise ValueError(
+                f"cannot upsert into {name}: key(s) of ({', '.join(keys)}) {DUPLICATE_KEYS} "
+                f"{batch_id}, e.g. {example}; update mode needs one row per key"
+            )
+        # each comparison in parentheses: DataFusion parses `a IS NOT DISTINCT FROM b AND c`
+        # as `a IS NOT DISTINCT FROM (b AND c)`
+        predicate = " AND ".join(f"(t.`{k}` IS NOT DISTINCT FROM s.`{k}`)" for k in keys)
+        merger = table.merge(
+            source=data,
+            predicate=predicate,
+            source_alias="s",
+            target_alias="t",
+            commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]),
+        )
+        if updates:
+            merger = merger.when_matched_update(updates=dict(updates))
+        else:
+            merger = merger.when_matched_update_all()
+        merger.when_not_matched_insert_all().execute()
+        return True
+
     def _transaction(self, name: str):
         """A delta-spark transaction on table ``name`` (its snapshot, its schema, its app
         versions); one not committed is dropped without a trace."""
@@ -488,14 +541,10 @@ class TableStore:
     def _check_schema(self, df: DataFrame, name: str, jtxn) -> None:
         """Refuse ``df`` in one line naming the columns when it does not fit table ``name``,
         whose schema is that of delta-spark transaction ``jtxn``."""
-        from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import StructType
 
-        def arrow(schema: StructType):
-            return to_arrow_schema(schema, timezone="UTC", prefers_large_types=False)
-
-        table = arrow(StructType.fromJson(json.loads(jtxn.metadata().schemaString())))
-        incoming = arrow(df.schema)
+        table = _arrow_schema(StructType.fromJson(json.loads(jtxn.metadata().schemaString())))
+        incoming = _arrow_schema(df.schema)
         dfiles.check_schema(f"table {name}", dfiles.utc_schema(table), dfiles.utc_schema(incoming))
 
     def append_arrow_once(self, rows: pa.Table, name: str, app_id: str, version: int) -> bool:
@@ -542,17 +591,22 @@ class TableStore:
         value of its SQL expression over ``t``, the table's row, and ``s``, the batch's).
         ``rows``: the batch's row count, when the caller knows it. A batch of no rows writes
         nothing; into a table with no rows yet the batch is appended (a MERGE would look for
-        matches it cannot find). The MERGE takes its app transaction from the confs of the
-        batch's own session:
-        each streaming query runs in a session of its own, so no other flow sees them."""
+        matches it cannot find). A batch of at most ``write.arrow_upsert_rows`` rows into a
+        table with rows is merged by delta-rs (:meth:`_upsert_arrow`); a larger one by
+        delta-spark's MERGE, which takes its app transaction from the confs of the batch's own
+        session: each streaming query runs in a session of its own, so no other flow sees
+        them."""
         from delta.tables import DeltaTable
 
+        rows = df.count() if rows is None else rows
+        if not rows:
+            return
+        small = rows <= self.settings.write.arrow_upsert_rows
+        if small and self._upsert_arrow(df, name, keys, app_id, batch_id, updates):
+            return
         jtxn = self._transaction(name) if self.exists(name) else None
         if jtxn is not None and _recorded_version(jtxn, app_id) >= batch_id:
             log.info("upsert batch %s of %s already in %s: skipped", batch_id, app_id, name)
-            return
-        rows = df.count() if rows is None else rows
-        if not rows:
             return
         df = _unique_keys(df, name, keys, batch_id)
         try:
@@ -597,6 +651,13 @@ def _cacheable(batch: DataFrame) -> DataFrame:
     aggregation's batch in update mode (``key not found`` while it maps the cached plan's
     partitioning onto its output)."""
     return batch.coalesce(max(1, batch._jdf.rdd().getNumPartitions()))
+
+
+def _arrow_schema(schema) -> pa.Schema:
+    """A Spark schema in Arrow's terms (times in UTC, no large types)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC", prefers_large_types=False)
 
 
 def _counts(frames: Sequence[DataFrame]) -> list[int]:
