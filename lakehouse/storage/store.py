@@ -489,12 +489,32 @@ class TableStore:
         """:meth:`upsert` by delta-rs: the batch collected as Arrow and merged in one commit
         that records (``app_id``, ``batch_id``); False, with nothing done, where delta-spark
         does it (no table yet, a table with no rows, a batch whose columns are not the
-        table's: delta-spark's path says how in one line)."""
-        import pyarrow.compute as pc
-        from deltalake import CommitProperties, Transaction
+        table's: delta-spark's path says how in one line; a table feature delta-rs does not
+        write, such as deletion vectors)."""
+        from deltalake.exceptions import DeltaProtocolError
 
         if not self.exists(name):
             return False
+        try:
+            return self._merge_arrow(df, name, keys, app_id, batch_id, updates)
+        except DeltaProtocolError as exc:  # a table feature delta-rs does not write: no commit
+            log.info("upsert into %s by delta-spark: %s", name, str(exc).splitlines()[0])
+            return False
+
+    def _merge_arrow(
+        self,
+        df: DataFrame,
+        name: str,
+        keys: Sequence[str],
+        app_id: str,
+        batch_id: int,
+        updates: dict[str, str] | None,
+    ) -> bool:
+        """:meth:`_upsert_arrow`'s merge (raises DeltaProtocolError, having committed nothing,
+        on a table feature delta-rs does not write)."""
+        import pyarrow.compute as pc
+        from deltalake import CommitProperties, Transaction
+
         table = dfiles.open_table(self.path(name))
         recorded = table.transaction_version(app_id)
         if recorded is not None and recorded >= batch_id:
