@@ -177,17 +177,22 @@ def test_upsert_by_two_key_columns_and_update_expressions(spark, upserts):
 
 
 def test_an_upsert_into_a_table_delta_rs_cannot_write_is_delta_sparks(spark, store):
-    """A table with deletion vectors (a writer feature delta-rs does not write): a small
-    upsert falls back to delta-spark's MERGE, exactly once."""
+    """A table with in-commit timestamps (a writer feature delta-rs 1.x refuses to commit
+    to): a small upsert falls back to delta-spark's MERGE, exactly once."""
     kv = "k long, v string"
-    store.upsert(spark.createDataFrame([(1, "a"), (2, "b")], kv), "gold.dv", ["k"], "app", 0)
-    path = store.path("gold.dv")
-    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableDeletionVectors = true)")
-    store.upsert(spark.createDataFrame([(2, "c"), (3, "d")], kv), "gold.dv", ["k"], "app", 1)
-    store.upsert(spark.createDataFrame([(2, "x")], kv), "gold.dv", ["k"], "app", 1)  # replayed
+    store.upsert(spark.createDataFrame([(1, "a"), (2, "b")], kv), "gold.ict", ["k"], "app", 0)
+    path = store.path("gold.ict")
+    spark.sql(
+        f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableInCommitTimestamps = true)"
+    )
+    store.upsert(spark.createDataFrame([(2, "c"), (3, "d")], kv), "gold.ict", ["k"], "app", 1)
+    store.upsert(spark.createDataFrame([(2, "x")], kv), "gold.ict", ["k"], "app", 1)  # replayed
     expected = spark.createDataFrame([(1, "a"), (2, "c"), (3, "d")], kv)
-    assertDataFrameEqual(store.read("gold.dv"), expected)
-    assert DeltaTable(str(path)).transaction_version("app") == 1
+    assertDataFrameEqual(store.read("gold.ict"), expected)
+    table = DeltaTable(str(path))
+    assert table.transaction_version("app") == 1
+    last = table.history(1)[0]
+    assert last["operation"] == "MERGE" and "Apache-Spark" in last.get("engineInfo", ""), last
 
 
 @UPSERT_PATHS

@@ -490,64 +490,54 @@ class TableStore:
         that records (``app_id``, ``batch_id``); False, with nothing done, where delta-spark
         does it (no table yet, a table with no rows, a batch whose columns are not the
         table's: delta-spark's path says how in one line; a table feature delta-rs does not
-        write, such as deletion vectors)."""
-        from deltalake.exceptions import DeltaProtocolError
+        write, such as in-commit timestamps)."""
+        import pyarrow.compute as pc
+        from deltalake import CommitProperties, Transaction
+        from deltalake.exceptions import CommitFailedError, DeltaProtocolError
 
         if not self.exists(name):
             return False
         try:
-            return self._merge_arrow(df, name, keys, app_id, batch_id, updates)
-        except DeltaProtocolError as exc:  # a table feature delta-rs does not write: no commit
+            table = dfiles.open_table(self.path(name))
+            recorded = table.transaction_version(app_id)
+            if recorded is not None and recorded >= batch_id:
+                log.info("upsert batch %s of %s already in %s: skipped", batch_id, app_id, name)
+                return True
+            schema = dfiles.utc_schema(dfiles.table_arrow_schema(table))
+            incoming = dfiles.utc_schema(_arrow_schema(df.schema))
+            if not table.file_uris() or dfiles.schema_differences(schema, incoming):
+                return False
+            data = dfiles.conform(df.toArrow(), schema)
+            copies = data.group_by(list(keys)).aggregate([([], "count_all")])
+            copies = copies.filter(pc.greater(copies.column("count_all"), 1))
+            if copies.num_rows:
+                first = copies.select(list(keys)).slice(0, 1).to_pylist()[0]
+                before, after = _duplicate_keys_message(name, keys, batch_id)
+                raise ValueError(before + json.dumps(first, default=str) + after)
+            # each comparison in parentheses: DataFusion parses `a IS NOT DISTINCT FROM b AND
+            # c` as `a IS NOT DISTINCT FROM (b AND c)`
+            predicate = " AND ".join(f"(t.`{k}` IS NOT DISTINCT FROM s.`{k}`)" for k in keys)
+            merger = table.merge(
+                source=data,
+                predicate=predicate,
+                source_alias="s",
+                target_alias="t",
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(app_id, batch_id)]
+                ),
+            )
+            if updates:
+                merger = merger.when_matched_update(updates=dict(updates))
+            else:
+                merger = merger.when_matched_update_all()
+            merger.when_not_matched_insert_all().execute()
+        except (DeltaProtocolError, CommitFailedError) as exc:
+            # a table feature delta-rs does not write (in-commit timestamps, row tracking,
+            # type widening): refused before any commit; any other failure is the upsert's
+            if isinstance(exc, CommitFailedError) and UNSUPPORTED_BY_DELTA_RS not in str(exc):
+                raise
             log.info("upsert into %s by delta-spark: %s", name, str(exc).splitlines()[0])
             return False
-
-    def _merge_arrow(
-        self,
-        df: DataFrame,
-        name: str,
-        keys: Sequence[str],
-        app_id: str,
-        batch_id: int,
-        updates: dict[str, str] | None,
-    ) -> bool:
-        """:meth:`_upsert_arrow`'s merge (raises DeltaProtocolError, having committed nothing,
-        on a table feature delta-rs does not write)."""
-        import pyarrow.compute as pc
-        from deltalake import CommitProperties, Transaction
-
-        table = dfiles.open_table(self.path(name))
-        recorded = table.transaction_version(app_id)
-        if recorded is not None and recorded >= batch_id:
-            log.info("upsert batch %s of %s already in %s: skipped", batch_id, app_id, name)
-            return True
-        schema = dfiles.utc_schema(dfiles.table_arrow_schema(table))
-        incoming = dfiles.utc_schema(_arrow_schema(df.schema))
-        if not table.file_uris() or dfiles.schema_differences(schema, incoming):
-            return False
-        data = dfiles.conform(df.toArrow(), schema)
-        copies = data.group_by(list(keys)).aggregate([([], "count_all")])
-        copies = copies.filter(pc.greater(copies.column("count_all"), 1))
-        if copies.num_rows:
-            example = json.dumps(copies.select(list(keys)).slice(0, 1).to_pylist()[0], default=str)
-            raise ValueError(
-                f"cannot upsert into {name}: key(s) of ({', '.join(keys)}) {DUPLICATE_KEYS} "
-                f"{batch_id}, e.g. {example}; update mode needs one row per key"
-            )
-        # each comparison in parentheses: DataFusion parses `a IS NOT DISTINCT FROM b AND c`
-        # as `a IS NOT DISTINCT FROM (b AND c)`
-        predicate = " AND ".join(f"(t.`{k}` IS NOT DISTINCT FROM s.`{k}`)" for k in keys)
-        merger = table.merge(
-            source=data,
-            predicate=predicate,
-            source_alias="s",
-            target_alias="t",
-            commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]),
-        )
-        if updates:
-            merger = merger.when_matched_update(updates=dict(updates))
-        else:
-            merger = merger.when_matched_update_all()
-        merger.when_not_matched_insert_all().execute()
         return True
 
     def _transaction(self, name: str):
@@ -662,6 +652,8 @@ class TableStore:
 
 
 DUPLICATE_KEYS = "occur more than once in batch"
+# how delta-rs refuses a commit to a table with a feature it does not write
+UNSUPPORTED_BY_DELTA_RS = "Unsupported table features required"
 _CREATING = threading.RLock()  # one table creation at a time in this process (TableStore.create)
 
 
@@ -737,6 +729,15 @@ def _recorded_version(jtxn, app_id: str) -> int:
     return jtxn.txnVersion(app_id)
 
 
+def _duplicate_keys_message(name: str, keys: Sequence[str], batch_id: int) -> tuple[str, str]:
+    """The error of a batch whose keys repeat, before and after the example key (as JSON)."""
+    return (
+        f"cannot upsert into {name}: key(s) of ({', '.join(keys)}) {DUPLICATE_KEYS} "
+        f"{batch_id}, e.g. ",
+        "; update mode needs one row per key",
+    )
+
+
 def _unique_keys(df: DataFrame, name: str, keys: Sequence[str], batch_id: int) -> DataFrame:
     """``df`` that fails the job writing it when a key occurs more than once (update mode needs
     one row per key). Checked inside the write's own job: a second action on a micro-batch of
@@ -746,12 +747,8 @@ def _unique_keys(df: DataFrame, name: str, keys: Sequence[str], batch_id: int) -
     from pyspark.sql import functions as F
 
     copies = F.count(F.lit(1)).over(Window.partitionBy(*keys))
-    message = F.concat(
-        F.lit(f"cannot upsert into {name}: key(s) of ({', '.join(keys)}) {DUPLICATE_KEYS} "),
-        F.lit(f"{batch_id}, e.g. "),
-        F.to_json(F.struct(*keys)),
-        F.lit("; update mode needs one row per key"),
-    )
+    before, after = _duplicate_keys_message(name, keys, batch_id)
+    message = F.concat(F.lit(before), F.to_json(F.struct(*keys)), F.lit(after))
     return (
         df.withColumn("_copies", copies)
         .where(F.assert_true(F.col("_copies") == 1, message).isNull())
