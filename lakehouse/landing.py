@@ -97,7 +97,7 @@ def check(path: Path, max_line_bytes: int) -> FileCheck:
     if path.suffix not in COMPRESSED and path.stat().st_size < max_line_bytes:
         return FileCheck()
     try:
-        return FileCheck(long=tuple(_long_lines(chunks(path), max_line_bytes)))
+        return FileCheck(long=tuple(long_lines(chunks(path), max_line_bytes)))
     except UnreadableFile as exc:
         return FileCheck(unreadable=str(exc))
 
@@ -105,7 +105,7 @@ def check(path: Path, max_line_bytes: int) -> FileCheck:
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
-def _long_lines(blocks: Iterator[bytes], limit: int) -> Iterator[LongLine]:
+def long_lines(blocks: Iterator[bytes], limit: int) -> Iterator[LongLine]:
     """The lines of ``blocks`` whose bytes with their end reach ``limit``."""
     number, size, end, pending_cr, head = 0, 0, 0, False, b""
 

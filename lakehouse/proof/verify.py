@@ -122,21 +122,17 @@ def landing_lines(settings: Settings, source: str) -> list[LandingLine]:
 
 def _file_lines(name: str, data: bytes, max_line_bytes: int) -> list[LandingLine]:
     """The lines of a landing file's bytes, ended as Hadoop's line reader ends them; a line
-    whose bytes with its end reach ``max_line_bytes`` (a byte-order mark that starts the file
-    not counted) is one the reader skips: unread, with no text."""
-    pieces = re.split(rb"(\r\n|\r|\n)", data)
-    parts, ends = pieces[0::2], pieces[1::2]
+    the reader skips as too long (lakehouse.landing.long_lines) is unread, with no text."""
+    unread = {line.number: line.size for line in landing.long_lines(iter([data]), max_line_bytes)}
+    parts = re.split(rb"\r\n|\r|\n", data)
     if parts[-1] == b"":
         parts.pop()  # after the line end of the last line (or an empty file)
-    lines = []
-    for i, raw in enumerate(parts):
-        bom = len(BOM) if i == 0 and raw.startswith(BOM) else 0
-        end = len(ends[i]) if i < len(ends) else 0
-        if len(raw) + end - bom >= max_line_bytes:
-            lines.append(LandingLine(name, None, True, len(raw) - bom, unread=True))
-        else:
-            lines.append(_line(name, raw))
-    return lines
+    return [
+        LandingLine(name, None, True, unread[number], unread=True)
+        if number in unread
+        else _line(name, raw)
+        for number, raw in enumerate(parts, start=1)
+    ]
 
 
 def _line(file: str, raw: bytes) -> LandingLine:
