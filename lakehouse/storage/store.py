@@ -248,7 +248,8 @@ class TableStore:
             writer = writer.partitionBy(*partition_by)
         if txn:
             writer = writer.option("txnAppId", txn[0]).option("txnVersion", str(txn[1]))
-        writer.save(str(self.path(name)))
+        with _commit_lock(self.path(name)):
+            writer.save(str(self.path(name)))
 
     def write_stream(
         self,
@@ -298,7 +299,8 @@ class TableStore:
         # appends as delta-spark's sink makes them (the app id is the query id, the version
         # the batch id), at the price of an append, not of a state reconstruction
         def append(batch: DataFrame, batch_id: int, counts, app_id: str, _clock) -> None:
-            self._append_once(self._sized(batch, counts[0]), name, app_id, batch_id)
+            if not self._append_arrow(batch, name, app_id, batch_id, counts[0]):
+                self._append_once(self._sized(batch, counts[0]), name, app_id, batch_id)
 
         return self._each_batch(writer, checkpoint, query_name, append)
 
@@ -416,7 +418,7 @@ class TableStore:
         name, _, partition_by, event_time, merge = route
         if merge is not None:
             self.upsert(out, name, merge.keys, app_id, batch_id, merge.updates, rows)
-        else:
+        elif not self._append_arrow(out, name, app_id, batch_id, rows, partition_by):
             if event_time:
                 out = timeorder.clustered(out, event_time, rows, self.settings.write.rows_per_file)
             else:
@@ -474,8 +476,35 @@ class TableStore:
         write_op = getattr(delta, "DeltaOperations$Write")(
             jvm.org.apache.spark.sql.SaveMode.Append, *[none] * 8
         )
-        jtxn.commit(files.appended(record), write_op)
+        with _commit_lock(self.path(name)):
+            jtxn.commit(files.appended(record), write_op)
         return True
+
+    def _append_arrow(
+        self,
+        df: DataFrame,
+        name: str,
+        app_id: str,
+        version: int,
+        rows: int,
+        partition_by: Sequence[str] = (),
+    ) -> bool:
+        """Append the ``rows`` rows of ``df`` to table ``name`` by delta-rs, as one file, in a
+        commit that records (``app_id``, ``version``), when they are few (at most
+        ``write.arrow_append_rows`` and ``write.rows_per_file``): collected as Arrow on the
+        driver, a small append costs a tenth of delta-spark's write job and commit. False,
+        with nothing done, where delta-spark appends (see :meth:`_by_delta_rs`; a
+        partitioned table)."""
+        from deltalake import write_deltalake
+
+        write = self.settings.write
+        if partition_by or rows > min(write.arrow_append_rows, write.rows_per_file):
+            return False
+
+        def append(table, data: pa.Table, properties) -> None:
+            write_deltalake(table, data, mode="append", commit_properties=properties)
+
+        return self._by_delta_rs(df, name, app_id, version, append, with_rows=False)
 
     def _upsert_arrow(
         self,
@@ -486,28 +515,12 @@ class TableStore:
         batch_id: int,
         updates: dict[str, str] | None,
     ) -> bool:
-        """:meth:`upsert` by delta-rs: the batch collected as Arrow and merged in one commit
-        that records (``app_id``, ``batch_id``); False, with nothing done, where delta-spark
-        does it (no table yet, a table with no rows, a batch whose columns are not the
-        table's: delta-spark's path says how in one line; a table feature delta-rs does not
-        write, such as in-commit timestamps)."""
+        """:meth:`upsert` by delta-rs: the batch merged in one commit that records
+        (``app_id``, ``batch_id``); False, with nothing done, where delta-spark does it (see
+        :meth:`_by_delta_rs`; a table with no rows, where the batch is appended)."""
         import pyarrow.compute as pc
-        from deltalake import CommitProperties, Transaction
-        from deltalake.exceptions import CommitFailedError, DeltaProtocolError
 
-        if not self.exists(name):
-            return False
-        try:
-            table = dfiles.open_table(self.path(name))
-            recorded = table.transaction_version(app_id)
-            if recorded is not None and recorded >= batch_id:
-                log.info("upsert batch %s of %s already in %s: skipped", batch_id, app_id, name)
-                return True
-            schema = dfiles.utc_schema(dfiles.table_arrow_schema(table))
-            incoming = dfiles.utc_schema(_arrow_schema(df.schema))
-            if not table.file_uris() or dfiles.schema_differences(schema, incoming):
-                return False
-            data = dfiles.conform(df.toArrow(), schema)
+        def merge(table, data: pa.Table, properties) -> None:
             copies = data.group_by(list(keys)).aggregate([([], "count_all")])
             copies = copies.filter(pc.greater(copies.column("count_all"), 1))
             if copies.num_rows:
@@ -522,21 +535,60 @@ class TableStore:
                 predicate=predicate,
                 source_alias="s",
                 target_alias="t",
-                commit_properties=CommitProperties(
-                    app_transactions=[Transaction(app_id, batch_id)]
-                ),
+                commit_properties=properties,
             )
             if updates:
                 merger = merger.when_matched_update(updates=dict(updates))
             else:
                 merger = merger.when_matched_update_all()
             merger.when_not_matched_insert_all().execute()
+
+        return self._by_delta_rs(df, name, app_id, batch_id, merge, with_rows=True)
+
+    def _by_delta_rs(
+        self,
+        df: DataFrame,
+        name: str,
+        app_id: str,
+        version: int,
+        commit: Callable[[Any, pa.Table, Any], None],
+        with_rows: bool,
+    ) -> bool:
+        """``commit(table, data, properties)``: ``df`` collected as Arrow in the columns of
+        table ``name`` (a delta-rs table), written in one commit with ``properties``, which
+        record (``app_id``, ``version``); skipped when the table records that version or a
+        later one already. True when done or skipped; False, with nothing done, where
+        delta-spark does it: no table yet, a table with no rows when ``with_rows``, a
+        partitioned table, a batch whose columns are not the table's (delta-spark's path says
+        how in one line), a table feature delta-rs does not write (in-commit timestamps, row
+        tracking, type widening: refused before any commit)."""
+        from deltalake import CommitProperties, Transaction
+        from deltalake.exceptions import CommitFailedError, DeltaProtocolError
+
+        if not self.exists(name):
+            return False
+        try:
+            table = dfiles.open_table(self.path(name))
+            recorded = table.transaction_version(app_id)
+            if recorded is not None and recorded >= version:
+                log.info("batch %s of %s already in %s: skipped", version, app_id, name)
+                return True
+            schema = dfiles.utc_schema(dfiles.table_arrow_schema(table))
+            incoming = dfiles.utc_schema(_arrow_schema(df.schema))
+            if table.metadata().partition_columns or dfiles.schema_differences(schema, incoming):
+                return False
+            if with_rows and not table.file_uris():
+                return False
+            data = dfiles.conform(df.toArrow(), schema)
+            properties = CommitProperties(app_transactions=[Transaction(app_id, version)])
+            failpoint(f"before-commit:{name}")
+            with _commit_lock(self.path(name)):
+                commit(table, data, properties)
         except (DeltaProtocolError, CommitFailedError) as exc:
-            # a table feature delta-rs does not write (in-commit timestamps, row tracking,
-            # type widening): refused before any commit; any other failure is the upsert's
+            # any other failure is the write's own
             if isinstance(exc, CommitFailedError) and UNSUPPORTED_BY_DELTA_RS not in str(exc):
                 raise
-            log.info("upsert into %s by delta-spark: %s", name, str(exc).splitlines()[0])
+            log.info("write to %s by delta-spark: %s", name, str(exc).splitlines()[0])
             return False
         return True
 
@@ -565,7 +617,8 @@ class TableStore:
 
         if not self.exists(name):
             self.create(name, from_arrow_schema(rows.schema))
-        return dfiles.append_once(self.path(name), rows, app_id, version)
+        with _commit_lock(self.path(name)):
+            return dfiles.append_once(self.path(name), rows, app_id, version)
 
     def create(self, name: str, schema: StructType, partition_by: Sequence[str] = ()) -> bool:
         """Create table ``name`` empty, unless it exists; True when created. Creations of one
@@ -639,7 +692,8 @@ class TableStore:
                     merge = merge.whenMatchedUpdate(set=dict(updates))
                 else:
                     merge = merge.whenMatchedUpdateAll()
-                merge.whenNotMatchedInsertAll().execute()
+                with _commit_lock(self.path(name)):
+                    merge.whenNotMatchedInsertAll().execute()
             finally:
                 # left set, they would skip the session's later plain writes too
                 for key in merge_confs:
@@ -655,6 +709,17 @@ DUPLICATE_KEYS = "occur more than once in batch"
 # how delta-rs refuses a commit to a table with a feature it does not write
 UNSUPPORTED_BY_DELTA_RS = "Unsupported table features required"
 _CREATING = threading.RLock()  # one table creation at a time in this process (TableStore.create)
+# One commit at a time per table in this process, whichever engine makes it. delta-rs claims a
+# log version with an atomic link; delta-spark's log store on a local disk checks that the
+# version is free, then renames over it, which is atomic only among delta-spark's own commits
+# of one JVM: a delta-rs commit in between would be overwritten.
+_COMMITS: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+_COMMITS_GUARD = threading.Lock()
+
+
+def _commit_lock(path: Path) -> threading.Lock:
+    with _COMMITS_GUARD:
+        return _COMMITS[str(path)]
 
 
 def _cacheable(batch: DataFrame) -> DataFrame:
