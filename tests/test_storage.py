@@ -22,7 +22,7 @@ from storage_helpers import KV, append_versions, rows
 from lakehouse import checkpoints
 from lakehouse.storage import SchemaMismatch, TableNotFound
 from lakehouse.storage import deltafiles as dfiles
-from lakehouse.storage.store import FAILPOINT_ENV, BatchInterrupted, interruption
+from lakehouse.storage.store import FAILPOINT_ENV, BatchInterrupted, Route, interruption
 
 PROJECT = Path(__file__).resolve().parents[1]
 TXN_CONFS = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion")
@@ -282,7 +282,6 @@ def test_a_routed_batch_is_written_in_event_time_order_and_read_back_so(spark, s
     import datetime as dt
 
     from lakehouse.storage import table_store
-    from lakehouse.storage.store import Route
     from lakehouse.storage.timeorder import first_time
 
     store = table_store(spark, settings.with_overrides({"write.rows_per_file": 10}))
@@ -401,11 +400,20 @@ def test_complete_sink_skips_a_replayed_batch(spark, store, settings):
     assert store.read("gold.c").collect() == [Row(count=4)]
 
 
+# a micro-batch's few rows for a table are appended by delta-rs; write.arrow_append_rows 0
+# makes it delta-spark's: both paths, the same rows and the same exactly-once
+APPEND_PATHS = pytest.mark.parametrize("append_rows", [100_000, 0], ids=["delta-rs", "spark"])
+
+
+@APPEND_PATHS
 def test_routed_writes_replay_only_the_table_that_missed_the_batch(
-    spark, store, settings, monkeypatch
+    spark, settings, monkeypatch, append_rows
 ):
     """A foreachBatch flow writing two tables, killed between them: the restart writes the
     batch to the second table only, each table once per batch (txnAppId/txnVersion)."""
+    from lakehouse.storage import table_store
+
+    store = table_store(spark, settings.with_overrides({"write.arrow_append_rows": append_rows}))
     append_versions(store, "bronze.r", [rows(0, 4), rows(4, 8)])
     checkpoint = settings.checkpoint_path("silver", "r")
     routes = [
@@ -438,11 +446,44 @@ def test_routed_writes_replay_only_the_table_that_missed_the_batch(
         assert table.transaction_version(app_id) == 1, name
         writes = [h for h in table.history() if h["operation"] == "WRITE"]
         assert len(writes) == 2, name
+        # the first batch creates the table (delta-spark), the second is appended
+        engine = writes[0].get("engineInfo") or writes[0].get("clientVersion") or ""
+        assert ("delta-rs" in engine) == bool(append_rows), writes[0]
     before = version(store, "silver.r_odd")
     forget_last_batch(checkpoint)
     run()  # the whole batch replayed: both tables skip it
     assert version(store, "silver.r_odd") == before
     assert store.read("silver.r_even").count() == 4
+
+
+def test_an_append_delta_rs_cannot_make_is_delta_sparks(spark, store):
+    """A table with in-commit timestamps (delta-rs 1.x refuses to commit to it), and a
+    partitioned table: a micro-batch's few rows are appended by delta-spark, exactly once;
+    commits of both engines follow each other on one table and every row is read back."""
+    store.write(spark.createDataFrame(rows(0, 2), KV), "silver.ict")
+    path = store.path("silver.ict")
+    assert store._append_arrow(spark.createDataFrame(rows(2, 3), KV), "silver.ict", "app", 0, 1)
+    spark.sql(
+        f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableInCommitTimestamps = true)"
+    )
+    batch = spark.createDataFrame(rows(3, 5), KV)
+    assert not store._append_arrow(batch, "silver.ict", "app", 1, 2)
+    store._write_route(Route("silver.ict", lambda b: b), batch, 2, "app", 1)
+    store._write_route(Route("silver.ict", lambda b: b), batch, 2, "app", 1)  # replayed
+    assertDataFrameEqual(store.read("silver.ict"), spark.createDataFrame(rows(0, 5), KV))
+    engines = [
+        h.get("engineInfo") or h.get("clientVersion") or ""
+        for h in DeltaTable(str(path)).history()
+        if h["operation"] == "WRITE"
+    ]
+    assert ["delta-rs" in e for e in engines] == [False, True, False], engines
+
+    store.create("silver.parts", spark.createDataFrame([], KV).schema, ["v"])
+    batch = spark.createDataFrame(rows(0, 2), KV)
+    assert not store._append_arrow(batch, "silver.parts", "app", 0, 2)  # (its partitions)
+    store._write_route(Route("silver.parts", lambda b: b, ("v",)), batch, 2, "app", 0)
+    assertDataFrameEqual(store.read("silver.parts"), batch)
+    assert DeltaTable(str(store.path("silver.parts"))).metadata().partition_columns == ["v"]
 
 
 def test_app_transactions_read_from_the_checksum_or_else_from_the_log(spark, store):
