@@ -1,8 +1,10 @@
 """The kill -9 fault matrix (invariant 3): the three layers run as separate ``spark-submit``
 processes, each killed with SIGKILL again and again (seeded moments: some at a random time, some
 right after a table commit, while the micro-batch is still being committed), restarted from its
-checkpoint, and finally let finish. Then ``lakehouse verify`` must find every table equal to its
-batch computation from the landing files: no row lost, none written twice, nothing corrupted."""
+checkpoint, and finally let finish; ``lakehouse maintain`` is killed the same way during its
+compaction and vacuum of the tables the gold job is reading. Then ``lakehouse verify`` must find
+every table equal to its batch computation from the landing files: no row lost, none written
+twice, nothing corrupted."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -34,6 +37,8 @@ pytestmark = pytest.mark.faults
 
 PROJECT = Path(__file__).resolve().parents[1]
 KILLS_PER_LAYER = 4  # 12 kills in all
+MAINTAIN_KILLS = 3  # tries of `lakehouse maintain` beside gold, each killed unless done by then
+UPSTREAM = ("bronze", "silver")  # the layers whose tables maintain compacts beside gold
 # landing files (bronze), table versions (silver, gold) per micro-batch: bronze and silver one,
 # for many commits to be killed in; gold, whose eight flows share the machine, two (its 30-odd
 # batches of one silver version took half of the test's 16 minutes)
@@ -129,6 +134,85 @@ def _run_killed(
         pytest.fail(f"{layer} failed after its kills {kills}; the log:\n{excerpt}")
 
 
+class _MaintainKilled(threading.Thread):
+    """``lakehouse maintain`` (compaction, log checkpoint, vacuum with 0 hours' retention) of
+    the bronze and silver tables, run beside the gold job that reads them: killed with
+    SIGKILL at a random moment, then right after its n-th commit (an OPTIMIZE, a VACUUM START
+    or END: the next step under way), and so on, then let finish; once gold is done, the
+    whole lake once more (gold's own tables and the ops tables, which the job writes, are
+    locked until then). It starts when every gold flow has read, so that no gold flow starts
+    from a compacted snapshot, whose files are not in event-time order."""
+
+    def __init__(self, settings, rng: np.random.Generator, log: Path):
+        super().__init__(daemon=True)
+        self.root = settings.root
+        self.checkpoints = [settings.checkpoint_path(f.layer, f.flow) for f in layer_flows("gold")]
+        self.rng, self.log = rng, log
+        self.kills: list[tuple[str, int]] = []
+        self.finished: list[str] = []
+        self.failure: str | None = None
+        self.gold_done = threading.Event()
+
+    def _command(self, tables: list[str]) -> list[str]:
+        return [
+            sys.executable, "-m", "lakehouse", "maintain", "--root", str(self.root),
+            "--profile", "test", "--force", "--conf", "maintenance.vacuum_retention_hours=0",
+            *[arg for table in tables for arg in ("--table", table)],
+        ]  # fmt: skip
+
+    def _commits(self) -> int:
+        tables = self.root / "tables"
+        return sum(len(list(tables.glob(f"{layer}/*/_delta_log/*.json"))) for layer in UPSTREAM)
+
+    def _start(self, tables: list[str], handle) -> subprocess.Popen:
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        return subprocess.Popen(
+            self._command(tables), stdout=handle, stderr=subprocess.STDOUT, cwd=PROJECT,
+            env=env, start_new_session=True,
+        )  # fmt: skip
+
+    def _upstream(self) -> list[str]:
+        return sorted(
+            f"{d.parent.name}.{d.name}"
+            for layer in UPSTREAM
+            for d in (self.root / "tables" / layer).iterdir()
+            if (d / "_delta_log").is_dir()
+        )
+
+    def run(self) -> None:
+        try:
+            while not all((c / "offsets" / "0").exists() for c in self.checkpoints):
+                if self.gold_done.wait(0.2):
+                    break
+            with open(self.log, "w") as handle:
+                for attempt in range(MAINTAIN_KILLS):
+                    process = self._start(self._upstream(), handle)
+                    if attempt % 2 == 0:
+                        deadline = time.monotonic() + self.rng.uniform(6.0, 30.0)
+                        while time.monotonic() < deadline and process.poll() is None:
+                            time.sleep(0.05)
+                    else:
+                        target = self._commits() + int(self.rng.integers(1, 8))
+                        while self._commits() < target and process.poll() is None:
+                            time.sleep(0.01)
+                    if process.poll() is not None:
+                        self._ended(process, "upstream tables")
+                        continue
+                    _kill(process)
+                    self.kills.append(("random" if attempt % 2 == 0 else "after a commit",
+                                       self._commits()))  # fmt: skip
+                self._ended(self._start(self._upstream(), handle), "upstream tables")
+                self.gold_done.wait()
+                self._ended(self._start([], handle), "every table")
+        except Exception as exc:  # reported by the test
+            self.failure = repr(exc)
+
+    def _ended(self, process: subprocess.Popen, what: str) -> None:
+        if process.wait(timeout=900) != 0:
+            raise AssertionError(f"maintain of {what} failed; see {self.log}")
+        self.finished.append(what)
+
+
 def _excerpt(log: Path, start: int, lines: int = 80) -> str:
     """The last lines a job wrote to ``log`` from offset ``start`` on, Spark's INFO left out."""
     with open(log, errors="replace") as handle:
@@ -150,11 +234,23 @@ def test_killed_and_restarted_jobs_leave_every_table_exact(spark, settings, tmp_
     gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
     rng = np.random.default_rng(SEED)
     kills: list[tuple[str, str, int]] = []
+    # (its own generator: it draws beside the layers' kills)
+    maintained = _MaintainKilled(settings, np.random.default_rng(SEED + 1), tmp_path / "maint.log")
     with open(tmp_path / "jobs.log", "w") as log:
-        for layer in ("bronze", "silver", "gold"):
+        for layer in ("bronze", "silver"):
             _run_killed(layer, settings.root, rng, log, kills)
+        maintained.start()
+        try:
+            _run_killed("gold", settings.root, rng, log, kills)
+        finally:
+            maintained.gold_done.set()
+            maintained.join(timeout=1800)
     assert len(kills) == 3 * KILLS_PER_LAYER
     assert sum(moment == "after a commit" for _, moment, _ in kills) == 6
+    assert maintained.failure is None, maintained.failure
+    # killed at least once during its compaction and vacuum, and finished: upstream, then all
+    assert maintained.kills, maintained.finished
+    assert maintained.finished[-2:] == ["upstream tables", "every table"], maintained.finished
 
     report = io.StringIO()
     assert run_verify(settings, report) == 0, report.getvalue()

@@ -563,7 +563,11 @@ class TableStore:
         how in one line), a table feature delta-rs does not write (in-commit timestamps, row
         tracking, type widening: refused before any commit)."""
         from deltalake import CommitProperties, Transaction
-        from deltalake.exceptions import CommitFailedError, DeltaProtocolError
+        from deltalake.exceptions import (
+            CommitFailedError,
+            DeltaProtocolError,
+            SchemaMismatchError,
+        )
 
         if not self.exists(name):
             return False
@@ -584,8 +588,9 @@ class TableStore:
             failpoint(f"before-commit:{name}")
             with _commit_lock(self.path(name)):
                 commit(table, data, properties)
-        except (DeltaProtocolError, CommitFailedError) as exc:
-            # any other failure is the write's own
+        except (DeltaProtocolError, CommitFailedError, SchemaMismatchError) as exc:
+            # (a schema delta-rs sees otherwise than delta-spark: delta-spark's path writes
+            # or refuses it in one line); any other failure is the write's own
             if isinstance(exc, CommitFailedError) and UNSUPPORTED_BY_DELTA_RS not in str(exc):
                 raise
             log.info("write to %s by delta-spark: %s", name, str(exc).splitlines()[0])
