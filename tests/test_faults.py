@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import signal
 import subprocess
@@ -137,8 +138,8 @@ def _run_killed(
 class _MaintainKilled(threading.Thread):
     """``lakehouse maintain`` (compaction, log checkpoint, vacuum with 0 hours' retention) of
     the bronze and silver tables, run beside the gold job that reads them: killed with
-    SIGKILL at a random moment, then right after its n-th commit (an OPTIMIZE, a VACUUM START
-    or END: the next step under way), and so on, then let finish; once gold is done, the
+    SIGKILL at a random moment of its work, right after its n-th commit (an OPTIMIZE, a VACUUM
+    START or END: the next step under way), at a random moment from its start, then let finish; once gold is done, the
     whole lake once more (gold's own tables and the ops tables, which the job writes, are
     locked until then). It starts when every gold flow has read, so that no gold flow starts
     from a compacted snapshot, whose files are not in event-time order."""
@@ -186,21 +187,27 @@ class _MaintainKilled(threading.Thread):
                     break
             with open(self.log, "w") as handle:
                 for attempt in range(MAINTAIN_KILLS):
+                    start = self._commits()
                     process = self._start(self._upstream(), handle)
-                    if attempt % 2 == 0:
-                        deadline = time.monotonic() + self.rng.uniform(6.0, 30.0)
-                        while time.monotonic() < deadline and process.poll() is None:
-                            time.sleep(0.05)
-                    else:
-                        target = self._commits() + int(self.rng.integers(1, 8))
-                        while self._commits() < target and process.poll() is None:
-                            time.sleep(0.01)
+                    # at a random moment of its work (from its first commit on), right after
+                    # its n-th commit, at a random moment from its start (it may be starting)
+                    moment = ("during", "after a commit", "random")[attempt % 3]
+                    first = 1 if moment == "during" else int(self.rng.integers(1, 8))
+                    deadline = math.inf
+                    while process.poll() is None:
+                        if moment == "random" and deadline == math.inf:
+                            deadline = time.monotonic() + self.rng.uniform(6.0, 40.0)
+                        if self._commits() >= start + first and deadline == math.inf:
+                            wait = self.rng.uniform(0.0, 8.0) if moment == "during" else 0.0
+                            deadline = time.monotonic() + wait
+                        if time.monotonic() >= deadline:
+                            break
+                        time.sleep(0.01)
                     if process.poll() is not None:
                         self._ended(process, "upstream tables")
                         continue
                     _kill(process)
-                    self.kills.append(("random" if attempt % 2 == 0 else "after a commit",
-                                       self._commits()))  # fmt: skip
+                    self.kills.append((moment, self._commits() - start))
                 self._ended(self._start(self._upstream(), handle), "upstream tables")
                 self.gold_done.wait()
                 self._ended(self._start([], handle), "every table")
@@ -248,8 +255,9 @@ def test_killed_and_restarted_jobs_leave_every_table_exact(spark, settings, tmp_
     assert len(kills) == 3 * KILLS_PER_LAYER
     assert sum(moment == "after a commit" for _, moment, _ in kills) == 6
     assert maintained.failure is None, maintained.failure
-    # killed at least once during its compaction and vacuum, and finished: upstream, then all
-    assert maintained.kills, maintained.finished
+    # killed twice in the middle of its compaction and vacuum (after commits of its own), and
+    # finished: the upstream tables, then all
+    assert len([k for k in maintained.kills if k[1]]) >= 2, maintained.kills
     assert maintained.finished[-2:] == ["upstream tables", "every table"], maintained.finished
 
     report = io.StringIO()
