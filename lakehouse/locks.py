@@ -73,3 +73,18 @@ def _holder(fd: int) -> str:
         return f"process {record['pid']} on {record['host']}, since {record['since']}"
     except (ValueError, KeyError, OSError):
         return "a process that has not said which yet"
+
+
+@contextlib.contextmanager
+def creating(table: Path) -> Iterator[None]:
+    """Hold, waiting for it, the creation lock of the table at ``table``
+    (``.<name>.create.lock`` beside its folder) for the block: processes creating one table
+    take turns, so none mistakes another's creation in progress (a log folder with no version
+    yet) for one that was killed, and removes it."""
+    table.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(table.parent / f".{table.name}.create.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

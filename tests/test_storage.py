@@ -52,6 +52,46 @@ def test_a_table_whose_creation_was_killed_before_its_commit_is_created(spark, s
     assert not (log / ".00000000000000000000.json.0b1c.tmp").exists()
 
 
+def test_a_creation_in_progress_in_another_process_is_waited_for(spark, store):
+    """Another process is creating bronze.racing: it holds the table's creation lock, the log
+    folder is made and has no version yet. A creation here waits for it, instead of taking
+    the folder for that of a killed creation and removing it; the table is then the other
+    process's, with its row."""
+    import threading
+
+    path = store.path("bronze.racing")
+    script = (
+        "import pathlib, sys, pyarrow as pa\n"
+        "from deltalake import write_deltalake\n"
+        "from lakehouse.locks import creating\n"
+        f"path = pathlib.Path({str(path)!r})\n"
+        "with creating(path):\n"
+        "    (path / '_delta_log').mkdir(parents=True)\n"
+        "    print('holding', flush=True)\n"
+        "    sys.stdin.readline()\n"
+        "    rows = {'k': pa.array([7], pa.int64()), 'v': pa.array(['theirs'])}\n"
+        "    write_deltalake(str(path), pa.table(rows))\n"
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert other.stdout.readline() == "holding\n"
+    created: list[bool] = []
+    schema = spark.createDataFrame([], KV).schema
+    here = threading.Thread(target=lambda: created.append(store.create("bronze.racing", schema)))
+    here.start()
+    # without the lock the creation here is done by now: the other's folder removed, its own
+    # version 0 written, and the other process's write would append to it
+    here.join(timeout=5)
+    assert here.is_alive()
+    other.communicate("go\n", timeout=120)
+    assert other.returncode == 0
+    here.join(timeout=120)
+    assert created == [False]
+    assert [tuple(r) for r in store.read("bronze.racing").collect()] == [(7, "theirs")]
+    assert dfiles.latest_version(path) == 0
+
+
 def test_overwrite_replaces_and_schema_mismatch_names_columns(spark, store):
     store.write(spark.createDataFrame(rows(0, 3), KV), "silver.kv")
     store.write(spark.createDataFrame(rows(10, 12), KV), "silver.kv", mode="overwrite")

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from lakehouse import checkpoints
 from lakehouse.errors import LakehouseError
+from lakehouse.locks import creating
 from lakehouse.settings import Settings, TriggerSettings, split_table_name
 from lakehouse.storage import deltafiles as dfiles
 from lakehouse.storage import timeorder
@@ -626,11 +627,13 @@ class TableStore:
             return dfiles.append_once(self.path(name), rows, app_id, version)
 
     def create(self, name: str, schema: StructType, partition_by: Sequence[str] = ()) -> bool:
-        """Create table ``name`` empty, unless it exists; True when created. Creations of one
-        process take turns: two at once would both write version 0, and one fail."""
+        """Create table ``name`` empty, unless it exists; True when created. Creations take
+        turns, in a process and across processes (:func:`lakehouse.locks.creating`): two at
+        once would both write version 0, and one fail, or one would take the other's log
+        folder, still without a version, for a killed creation's and remove it."""
         from delta.tables import DeltaTable
 
-        with _CREATING:
+        with _CREATING, creating(self.path(name)):
             if self.exists(name):
                 self._register_created(name)
                 return False
