@@ -141,9 +141,10 @@ class WriteSettings:
     # Arrow on the driver (a few tens of milliseconds where delta-spark's MERGE takes 1 to
     # 2 s); a larger one by delta-spark. 0 = always delta-spark
     arrow_upsert_rows: int = 1_000_000
-    # An append of at most this many rows (and one file's worth, rows_per_file) to a table
-    # that is not partitioned is written by delta-rs from Arrow on the driver (about 0.05 s
-    # where delta-spark's write job and commit take 0.3 s); a larger one by delta-spark.
+    # A micro-batch's append of at most this many rows (and one file's worth, rows_per_file,
+    # and at most store.ARROW_MAX_BYTES in Spark's cache) to an existing table that is not
+    # partitioned is written by delta-rs from Arrow on the driver (about 0.05 s where
+    # delta-spark's write job and commit take 0.3 s); a larger one by delta-spark.
     # 0 = always delta-spark
     arrow_append_rows: int = 100_000
 

@@ -152,6 +152,7 @@ class _MaintainKilled(threading.Thread):
         self.kills: list[tuple[str, int]] = []
         self.finished: list[str] = []
         self.failure: str | None = None
+        self.process: subprocess.Popen | None = None
         self.gold_done = threading.Event()
 
     def _command(self, tables: list[str]) -> list[str]:
@@ -165,12 +166,18 @@ class _MaintainKilled(threading.Thread):
         tables = self.root / "tables"
         return sum(len(list(tables.glob(f"{layer}/*/_delta_log/*.json"))) for layer in UPSTREAM)
 
+    def stop(self) -> None:
+        """Kill the maintain process still running, if any (the test failed or timed out)."""
+        if self.process is not None and self.process.poll() is None:
+            _kill(self.process)
+
     def _start(self, tables: list[str], handle) -> subprocess.Popen:
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-        return subprocess.Popen(
+        self.process = subprocess.Popen(
             self._command(tables), stdout=handle, stderr=subprocess.STDOUT, cwd=PROJECT,
             env=env, start_new_session=True,
         )  # fmt: skip
+        return self.process
 
     def _upstream(self) -> list[str]:
         return sorted(
@@ -252,6 +259,8 @@ def test_killed_and_restarted_jobs_leave_every_table_exact(spark, settings, tmp_
         finally:
             maintained.gold_done.set()
             maintained.join(timeout=1800)
+            maintained.stop()
+    assert not maintained.is_alive(), "maintain did not end within 30 minutes of gold"
     assert len(kills) == 3 * KILLS_PER_LAYER
     assert sum(moment == "after a commit" for _, moment, _ in kills) == 6
     assert maintained.failure is None, maintained.failure

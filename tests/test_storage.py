@@ -22,6 +22,7 @@ from storage_helpers import KV, append_versions, rows
 from lakehouse import checkpoints
 from lakehouse.storage import SchemaMismatch, TableNotFound
 from lakehouse.storage import deltafiles as dfiles
+from lakehouse.storage import store as store_module
 from lakehouse.storage.store import FAILPOINT_ENV, BatchInterrupted, Route, interruption
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -496,9 +497,10 @@ def test_routed_writes_replay_only_the_table_that_missed_the_batch(
     assert store.read("silver.r_even").count() == 4
 
 
-def test_an_append_delta_rs_cannot_make_is_delta_sparks(spark, store):
-    """A table with in-commit timestamps (delta-rs 1.x refuses to commit to it), and a
-    partitioned table: a micro-batch's few rows are appended by delta-spark, exactly once;
+def test_an_append_delta_rs_cannot_make_is_delta_sparks(spark, store, monkeypatch):
+    """A table with in-commit timestamps (delta-rs 1.x refuses to commit to it), a batch
+    larger than ARROW_MAX_BYTES, a partitioned table: a micro-batch's rows are appended by
+    delta-spark, exactly once;
     commits of both engines follow each other on one table and every row is read back."""
     store.write(spark.createDataFrame(rows(0, 2), KV), "silver.ict")
     path = store.path("silver.ict")
@@ -517,6 +519,18 @@ def test_an_append_delta_rs_cannot_make_is_delta_sparks(spark, store):
         if h["operation"] == "WRITE"
     ]
     assert ["delta-rs" in e for e in engines] == [False, True, False], engines
+
+    # a batch of few rows but many bytes (bronze.quarantine keeps long lines whole) is not
+    # copied to the driver's Python: delta-spark writes it (the size is that of the cached
+    # micro-batch, as Spark measured it when it computed it)
+    monkeypatch.setattr(store_module, "ARROW_MAX_BYTES", 2_000)
+    store.write(spark.createDataFrame(rows(0, 1), KV), "silver.wide")
+    wide = spark.createDataFrame([(1, "x" * 5_000)], KV).persist()
+    assert wide.count() == 1
+    assert not store._append_arrow(wide, "silver.wide", "app", 0, 1)
+    monkeypatch.setattr(store_module, "ARROW_MAX_BYTES", 20_000)
+    assert store._append_arrow(wide, "silver.wide", "app", 0, 1)
+    wide.unpersist()
 
     store.create("silver.parts", spark.createDataFrame([], KV).schema, ["v"])
     batch = spark.createDataFrame(rows(0, 2), KV)

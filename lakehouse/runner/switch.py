@@ -87,6 +87,7 @@ def read_marker(base: Path) -> dict:
             f"{layer.name}.{table.name}"
             for layer in (base / "tables").glob("*")
             for table in layer.glob("*")
+            if table.is_dir()  # (not a table's creation lock)
         )
         again = (
             f"lakehouse run --full-refresh {' --full-refresh '.join(staged)}"

@@ -2,9 +2,10 @@
 
 Tables live under ``tables/<layer>/<table>``; streaming writes are exactly-once: every commit of
 a micro-batch records the query's app id and the batch id as a Delta app transaction, so a
-replayed micro-batch is skipped. Appends go through ``foreachBatch`` and one delta-spark
-transaction per table, complete mode through Delta's own sink, update mode through a MERGE on
-the declared key columns.
+replayed micro-batch is skipped. Appends go through ``foreachBatch``, one commit per table:
+a small micro-batch's rows collected as Arrow and appended by delta-rs, a larger one in a
+delta-spark transaction; complete mode through Delta's own sink, update mode through a MERGE on
+the declared key columns (by delta-rs for a small batch).
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def trigger_kwargs(trigger: TriggerSettings, layer: str = "") -> dict[str, Any]:
 
 class TableStore:
     """Read, read as a stream, write, and write a stream, for tables named ``layer.table``,
-    through delta-spark (its jars from ``make setup``, see lakehouse.jars). Where the session's
+    through delta-spark (its jars from ``make setup``, see lakehouse.jars), a micro-batch's
+    small appends and upserts through delta-rs (:meth:`_by_delta_rs`). Where the session's
     catalog outlives the process (a metastore: ``spark.sql.catalogImplementation=hive``) every
     table it creates is registered there as ``layer.table`` (a Delta table at its location), so
     SQL, ``DESCRIBE HISTORY`` and time travel see it by name; in Spark's in-memory catalog an
@@ -560,9 +562,10 @@ class TableStore:
         record (``app_id``, ``version``); skipped when the table records that version or a
         later one already. True when done or skipped; False, with nothing done, where
         delta-spark does it: no table yet, a table with no rows when ``with_rows``, a
-        partitioned table, a batch whose columns are not the table's (delta-spark's path says
-        how in one line), a table feature delta-rs does not write (in-commit timestamps, row
-        tracking, type widening: refused before any commit)."""
+        partitioned table, a batch Spark estimates at more than :data:`ARROW_MAX_BYTES` (it
+        would be copied to the driver's Python), a batch whose columns are not the table's
+        (delta-spark's path says how in one line), a table feature delta-rs does not write
+        (in-commit timestamps, row tracking, type widening: refused before any commit)."""
         from deltalake import CommitProperties, Transaction
         from deltalake.exceptions import (
             CommitFailedError,
@@ -584,6 +587,8 @@ class TableStore:
                 return False
             if with_rows and not table.file_uris():
                 return False
+            if _estimated_bytes(df) > ARROW_MAX_BYTES:
+                return False  # (a few rows can be large: bronze.quarantine keeps long lines)
             data = dfiles.conform(df.toArrow(), schema)
             properties = CommitProperties(app_transactions=[Transaction(app_id, version)])
             failpoint(f"before-commit:{name}")
@@ -728,6 +733,17 @@ _COMMITS_GUARD = threading.Lock()
 def _commit_lock(path: Path) -> threading.Lock:
     with _COMMITS_GUARD:
         return _COMMITS[str(path)]
+
+
+# The largest micro-batch (Spark's estimate of its rows in memory) written by delta-rs from
+# Arrow on the driver: a larger one is written by delta-spark, from the executors
+ARROW_MAX_BYTES = 64 * 1024 * 1024
+
+
+def _estimated_bytes(df: DataFrame) -> int:
+    """Spark's size estimate of ``df``, no job run: for rows picked out of a cached
+    micro-batch, the cached batch's size in memory (an upper bound)."""
+    return int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes().toString())
 
 
 def _cacheable(batch: DataFrame) -> DataFrame:
