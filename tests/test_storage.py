@@ -501,14 +501,21 @@ def test_an_append_delta_rs_cannot_make_is_delta_sparks(spark, store, monkeypatc
     """A table with in-commit timestamps (delta-rs 1.x refuses to commit to it), a batch
     larger than ARROW_MAX_BYTES, a partitioned table: a micro-batch's rows are appended by
     delta-spark, exactly once;
-    commits of both engines follow each other on one table and every row is read back."""
+    commits of both engines follow each other on one table and every row is read back.
+    (Each batch is cached and computed, as a flow's micro-batch is: its size is then known.)"""
+
+    def batch_of(data):
+        frame = spark.createDataFrame(data, KV).persist()
+        assert frame.count() == len(data)
+        return frame
+
     store.write(spark.createDataFrame(rows(0, 2), KV), "silver.ict")
     path = store.path("silver.ict")
-    assert store._append_arrow(spark.createDataFrame(rows(2, 3), KV), "silver.ict", "app", 0, 1)
+    assert store._append_arrow(batch_of(rows(2, 3)), "silver.ict", "app", 0, 1)
     spark.sql(
         f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableInCommitTimestamps = true)"
     )
-    batch = spark.createDataFrame(rows(3, 5), KV)
+    batch = batch_of(rows(3, 5))
     assert not store._append_arrow(batch, "silver.ict", "app", 1, 2)
     store._write_route(Route("silver.ict", lambda b: b), batch, 2, "app", 1)
     store._write_route(Route("silver.ict", lambda b: b), batch, 2, "app", 1)  # replayed
@@ -525,15 +532,13 @@ def test_an_append_delta_rs_cannot_make_is_delta_sparks(spark, store, monkeypatc
     # micro-batch, as Spark measured it when it computed it)
     monkeypatch.setattr(store_module, "ARROW_MAX_BYTES", 2_000)
     store.write(spark.createDataFrame(rows(0, 1), KV), "silver.wide")
-    wide = spark.createDataFrame([(1, "x" * 5_000)], KV).persist()
-    assert wide.count() == 1
+    wide = batch_of([(1, "x" * 5_000)])
     assert not store._append_arrow(wide, "silver.wide", "app", 0, 1)
     monkeypatch.setattr(store_module, "ARROW_MAX_BYTES", 20_000)
     assert store._append_arrow(wide, "silver.wide", "app", 0, 1)
-    wide.unpersist()
 
     store.create("silver.parts", spark.createDataFrame([], KV).schema, ["v"])
-    batch = spark.createDataFrame(rows(0, 2), KV)
+    batch = batch_of(rows(0, 2))
     assert not store._append_arrow(batch, "silver.parts", "app", 0, 2)  # (its partitions)
     store._write_route(Route("silver.parts", lambda b: b, ("v",)), batch, 2, "app", 0)
     assertDataFrameEqual(store.read("silver.parts"), batch)

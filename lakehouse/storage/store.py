@@ -497,11 +497,17 @@ class TableStore:
         ``write.arrow_append_rows`` and ``write.rows_per_file``): collected as Arrow on the
         driver, a small append costs a tenth of delta-spark's write job and commit. False,
         with nothing done, where delta-spark appends (see :meth:`_by_delta_rs`; a
-        partitioned table)."""
+        partitioned table; a batch Spark sizes at more than :data:`ARROW_MAX_BYTES`, which
+        for rows of a cached micro-batch is the cached batch's size, and for a frame Spark
+        cannot size, such as one not cached, is unbounded)."""
         from deltalake import write_deltalake
 
         write = self.settings.write
         if partition_by or rows > min(write.arrow_append_rows, write.rows_per_file):
+            return False
+        if _estimated_bytes(df) > ARROW_MAX_BYTES:
+            # a few rows can be large (bronze.quarantine keeps long lines whole): they are not
+            # copied to the driver's Python
             return False
 
         def append(table, data: pa.Table, properties) -> None:
@@ -562,8 +568,7 @@ class TableStore:
         record (``app_id``, ``version``); skipped when the table records that version or a
         later one already. True when done or skipped; False, with nothing done, where
         delta-spark does it: no table yet, a table with no rows when ``with_rows``, a
-        partitioned table, a batch Spark estimates at more than :data:`ARROW_MAX_BYTES` (it
-        would be copied to the driver's Python), a batch whose columns are not the table's
+        partitioned table, a batch whose columns are not the table's
         (delta-spark's path says how in one line), a table feature delta-rs does not write
         (in-commit timestamps, row tracking, type widening: refused before any commit)."""
         from deltalake import CommitProperties, Transaction
@@ -587,8 +592,6 @@ class TableStore:
                 return False
             if with_rows and not table.file_uris():
                 return False
-            if _estimated_bytes(df) > ARROW_MAX_BYTES:
-                return False  # (a few rows can be large: bronze.quarantine keeps long lines)
             data = dfiles.conform(df.toArrow(), schema)
             properties = CommitProperties(app_transactions=[Transaction(app_id, version)])
             failpoint(f"before-commit:{name}")
@@ -743,7 +746,8 @@ ARROW_MAX_BYTES = 64 * 1024 * 1024
 def _estimated_bytes(df: DataFrame) -> int:
     """Spark's size estimate of ``df``, no job run: for rows picked out of a cached
     micro-batch, the cached batch's size in memory (an upper bound)."""
-    return int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes().toString())
+    # (a Scala BigInt: py4j gives a Python int, or an object whose str() is its digits)
+    return int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
 
 
 def _cacheable(batch: DataFrame) -> DataFrame:
