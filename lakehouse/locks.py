@@ -46,20 +46,13 @@ def flow_locks(flows: Sequence[tuple[str, Path]]) -> Iterator[None]:
 
 
 def _acquire(name: str, path: Path) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fd = _locked(path, wait=False)
     except BlockingIOError:
-        holder = _holder(fd)
-        os.close(fd)
         raise FlowRunning(
-            f"flow {name} is already running on this lake ({holder}); wait for that run to "
-            "end, or stop it, before starting another"
+            f"flow {name} is already running on this lake ({_holder(path)}); wait for that run "
+            "to end, or stop it, before starting another"
         ) from None
-    except BaseException:
-        os.close(fd)
-        raise
     since = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     record = {"pid": os.getpid(), "host": socket.gethostname(), "since": since}
     os.ftruncate(fd, 0)
@@ -67,9 +60,22 @@ def _acquire(name: str, path: Path) -> int:
     return fd
 
 
-def _holder(fd: int) -> str:
+def _locked(path: Path, *, wait: bool) -> int:
+    """A descriptor of ``path`` (made, with its folder, when missing) holding its exclusive
+    ``flock``; waiting for it when ``wait``, else BlockingIOError while another holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        record = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _holder(path: Path) -> str:
+    try:
+        record = json.loads(path.read_bytes() or b"{}")
         return f"process {record['pid']} on {record['host']}, since {record['since']}"
     except (ValueError, KeyError, OSError):
         return "a process that has not said which yet"
@@ -81,10 +87,8 @@ def creating(table: Path) -> Iterator[None]:
     (``.<name>.create.lock`` beside its folder) for the block: processes creating one table
     take turns, so none mistakes another's creation in progress (a log folder with no version
     yet) for one that was killed, and removes it."""
-    table.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(table.parent / f".{table.name}.create.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _locked(table.parent / f".{table.name}.create.lock", wait=True)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)
