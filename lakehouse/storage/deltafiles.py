@@ -201,12 +201,24 @@ def append_once(root: str | Path, rows: pa.Table, app_id: str, version: int) -> 
     """Append ``rows`` to the Delta table at ``root`` in a commit that records app transaction
     (``app_id``, ``version``), unless the table records that version or a later one already
     (then False): a replayed micro-batch's side rows, without a Spark job."""
-    from deltalake import CommitProperties, Transaction, write_deltalake
+    from deltalake import write_deltalake
 
     table = open_table(root)
-    recorded = table.transaction_version(app_id)
-    if recorded is not None and recorded >= version:
+    if records(table, app_id, version):
         return False
-    record = CommitProperties(app_transactions=[Transaction(app_id, version)])
-    write_deltalake(table, rows, mode="append", commit_properties=record)
+    write_deltalake(table, rows, mode="append", commit_properties=app_commit(app_id, version))
     return True
+
+
+def records(table, app_id: str, version: int) -> bool:
+    """Whether the delta-rs ``table`` records app transaction (``app_id``, ``version``) or a
+    later version of that app: a micro-batch written already."""
+    recorded = table.transaction_version(app_id)
+    return recorded is not None and recorded >= version
+
+
+def app_commit(app_id: str, version: int):
+    """delta-rs commit properties recording app transaction (``app_id``, ``version``)."""
+    from deltalake import CommitProperties, Transaction
+
+    return CommitProperties(app_transactions=[Transaction(app_id, version)])

@@ -571,7 +571,6 @@ class TableStore:
         partitioned table, a batch whose columns are not the table's
         (delta-spark's path says how in one line), a table feature delta-rs does not write
         (in-commit timestamps, row tracking, type widening: refused before any commit)."""
-        from deltalake import CommitProperties, Transaction
         from deltalake.exceptions import (
             CommitFailedError,
             DeltaProtocolError,
@@ -582,8 +581,7 @@ class TableStore:
             return False
         try:
             table = dfiles.open_table(self.path(name))
-            recorded = table.transaction_version(app_id)
-            if recorded is not None and recorded >= version:
+            if dfiles.records(table, app_id, version):
                 log.info("batch %s of %s already in %s: skipped", version, app_id, name)
                 return True
             schema = dfiles.utc_schema(dfiles.table_arrow_schema(table))
@@ -593,7 +591,7 @@ class TableStore:
             if with_rows and not table.file_uris():
                 return False
             data = dfiles.conform(df.toArrow(), schema)
-            properties = CommitProperties(app_transactions=[Transaction(app_id, version)])
+            properties = dfiles.app_commit(app_id, version)
             failpoint(f"before-commit:{name}")
             with _commit_lock(self.path(name)):
                 commit(table, data, properties)
