@@ -24,10 +24,12 @@ import pytest
 
 from lakehouse import checkpoints
 from lakehouse.jars import spark_submit_args
+from lakehouse.ops.maintain import lake_tables
 from lakehouse.ops.status import read_table
 from lakehouse.progress import Progress
 from lakehouse.proof.verify import run_verify
 from lakehouse.runner import declared_tables, layer_flows, run_layers
+from lakehouse.runner.switch import MARKER
 from lakehouse.settings import load_settings
 from lakehouse.tools import generate as gen
 
@@ -146,6 +148,7 @@ class _MaintainKilled(threading.Thread):
 
     def __init__(self, settings, rng: np.random.Generator, log: Path):
         super().__init__(daemon=True)
+        self.settings = settings
         self.root = settings.root
         self.checkpoints = [settings.checkpoint_path(f.layer, f.flow) for f in layer_flows("gold")]
         self.rng, self.log = rng, log
@@ -180,12 +183,7 @@ class _MaintainKilled(threading.Thread):
         return self.process
 
     def _upstream(self) -> list[str]:
-        return sorted(
-            f"{d.parent.name}.{d.name}"
-            for layer in UPSTREAM
-            for d in (self.root / "tables" / layer).iterdir()
-            if (d / "_delta_log").is_dir()
-        )
+        return [name for name, _ in lake_tables(self.settings) if name.split(".")[0] in UPSTREAM]
 
     def run(self) -> None:
         try:
@@ -273,6 +271,81 @@ def test_killed_and_restarted_jobs_leave_every_table_exact(spark, settings, tmp_
     assert run_verify(settings, report) == 0, report.getvalue()
     assert report.getvalue().splitlines()[-1] == ALL_EQUAL
     _assert_every_batch_recorded_once(settings, tmp_path / "jobs.log")
+
+
+def _lakehouse(args: list[str], root: Path, log) -> subprocess.Popen:
+    """``lakehouse ARGS`` on the lake at ``root`` (test profile) in a process of its own."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "lakehouse", *args, "--root", str(root), "--profile", "test"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT, start_new_session=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )  # fmt: skip
+
+
+def test_a_refresh_killed_while_it_switches_is_finished_and_exact(spark, settings, tmp_path):
+    """``lakehouse run --full-refresh gold.sessions_custom`` (it writes two tables) killed with
+    SIGKILL while it switches, beside a bronze job appending new landing files in another
+    process: once right after its first table's switch commit, once at a random moment from
+    its marker on. The next refresh finishes the first switch, the flow's next run the second:
+    every table equals its reference, each micro-batch is recorded once, no staging copy or
+    replaced checkpoint is left."""
+
+    def generate(seed: int) -> None:
+        params = gen.params_from_settings(
+            settings, events=600, hours=1.0, late_fraction=0.0, users=20, seed=seed
+        )
+        gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
+
+    generate(SEED)
+    run_layers(spark, settings, ["bronze", "silver", "gold"], out=io.StringIO())
+    generate(SEED + 1)  # new landing files, which bronze appends beside the refreshes
+    versions = Path(settings.table_path("gold.sessions_custom")) / "_delta_log"
+    staging = settings.root / "refresh"
+    rng = np.random.default_rng(SEED)
+    kills: list[tuple[str, bool]] = []
+    log_path = tmp_path / "jobs.log"
+    with open(log_path, "w") as log:
+        bronze = _lakehouse(
+            ["run", "--layer", "bronze", "--max-files-per-trigger", "1"], settings.root, log
+        )
+        process = bronze
+        try:
+            for moment in ("after its first table", "random"):
+                known = set(staging.glob(f"*/{MARKER}"))
+                first = len(list(versions.glob("*.json")))
+                process = _lakehouse(
+                    ["run", "--full-refresh", "gold.sessions_custom"], settings.root, log
+                )
+                marker, deadline = None, math.inf
+                while process.poll() is None and time.monotonic() < deadline:
+                    if marker is None:
+                        new = set(staging.glob(f"*/{MARKER}")) - known
+                        if new:
+                            marker = new.pop()  # the rebuild is done; the switch begins
+                            if moment == "random":
+                                deadline = time.monotonic() + rng.uniform(0.0, 2.0)
+                    elif moment != "random" and len(list(versions.glob("*.json"))) > first:
+                        break
+                    time.sleep(0.01)
+                assert process.poll() is None, f"the refresh ended before its kill {moment}"
+                _kill(process)
+                kills.append((moment, marker is not None and marker.exists()))
+            assert bronze.wait(timeout=600) == 0, _excerpt(log_path, 0)
+        finally:
+            for job in (bronze, process):
+                _kill(job)
+    # the first kill left its switch half done (one table of two); the next refresh finished it
+    assert kills[0] == ("after its first table", True), kills
+    out = io.StringIO()
+    run_layers(spark, settings, ["silver", "gold"], out=out)
+    if kills[1][1]:  # the flow's start finished the second switch
+        assert "  gold.sessions_custom: its checkpoint is the rebuilt one" in out.getvalue()
+    assert not list(staging.glob("*")), list(staging.glob("*"))
+    assert not list(settings.root.glob("checkpoints/*/*.replaced"))
+    report = io.StringIO()
+    assert run_verify(settings, report) == 0, report.getvalue()
+    assert report.getvalue().splitlines()[-1] == ALL_EQUAL
+    _assert_every_batch_recorded_once(settings, log_path)
 
 
 def _assert_every_batch_recorded_once(settings, log: Path) -> None:
