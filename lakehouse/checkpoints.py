@@ -10,6 +10,7 @@ and ``sources/`` the file sources' logs. Files named ``.<n>.crc`` are Hadoop's c
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -86,6 +87,56 @@ def remove_unfinished_writes(checkpoint: Path) -> list[Path]:
                     path.unlink(missing_ok=True)
                     removed.append(path)
     return removed
+
+
+_SCHEMA_FILE = re.compile(r"/(state/[^/]+/_stateSchema/.+)$")
+
+
+def relocate_state_schemas(checkpoint: Path) -> list[Path]:
+    """Point the operator metadata of a checkpoint that was moved at its own state schema
+    files. A transformWithState operator's metadata (``state/<op>/_metadata/v2/<n>``) names
+    its state schema files by absolute path: a checkpoint renamed into place (a full refresh's
+    switch) or a lake root moved or copied would look for them where the checkpoint was, and
+    its query fail on "File ... does not exist" at every start. Each such path that names no
+    file, while the checkpoint holds that file itself, is rewritten to the checkpoint's copy
+    (and the entry's Hadoop checksum removed: it checked the old text). The files rewritten."""
+    rewritten = []
+    for entry in sorted(checkpoint.glob("state/*/_metadata/v2/*")):
+        if not entry.name.isdigit():
+            continue
+        lines = entry.read_text().split("\n")
+        changed = False
+        for index, line in enumerate(lines[1:], start=1):
+            if "stateSchemaFilePaths" not in line:
+                continue
+            record = json.loads(line)
+            for store in record.get("stateStoreInfo", []):
+                paths = store.get("stateSchemaFilePaths", [])
+                for position, path in enumerate(paths):
+                    moved = _moved_schema_file(checkpoint, path)
+                    if moved is not None:
+                        paths[position] = moved
+                        changed = True
+            lines[index] = json.dumps(record, separators=(",", ":"))
+        if changed:
+            temporary = entry.with_name(f".{entry.name}.relocated.tmp")
+            temporary.write_text("\n".join(lines))
+            (entry.parent / f".{entry.name}.crc").unlink(missing_ok=True)
+            temporary.replace(entry)
+            rewritten.append(entry)
+    return rewritten
+
+
+def _moved_schema_file(checkpoint: Path, path: str) -> str | None:
+    """The path of the checkpoint's own copy of state schema file ``path`` (a ``file:`` URI
+    Spark wrote) when ``path`` names no file and the checkpoint holds it; else None."""
+    match = _SCHEMA_FILE.search(path)
+    if not path.startswith("file:") or match is None:
+        return None
+    if Path(path.removeprefix("file:")).is_file():
+        return None
+    own = checkpoint.resolve() / match.group(1)
+    return f"file:{own}" if own.is_file() else None
 
 
 def committed_batches(checkpoint: Path) -> list[int]:

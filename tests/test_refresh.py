@@ -152,7 +152,8 @@ def _refresh_cut_before_its_second_switch(spark, settings, capsys, monkeypatch):
 
 def test_a_switch_cut_short_is_finished_by_the_next_run(spark, lake, capsys, monkeypatch):
     """gold.sessions_custom writes two tables: killed after switching the first, the refresh
-    leaves its staging and marker; the flow's next run finishes the switch before it starts."""
+    leaves its staging and marker; the flow's next run finishes the switch before it starts,
+    and goes on with new input from the rebuilt checkpoint."""
     settings = lake
     before, pending = _refresh_cut_before_its_second_switch(spark, settings, capsys, monkeypatch)
     out = io.StringIO()
@@ -161,6 +162,20 @@ def test_a_switch_cut_short_is_finished_by_the_next_run(spark, lake, capsys, mon
     assert "  gold.session_stats_hourly: switched to 3 rebuilt rows; it had 3" in out.getvalue()
     assert {t: _rows(settings, t) for t in before} == before
     assert not pending.exists()
+
+    # its state goes on from the rebuilt checkpoint, which names its state schema files where
+    # it was built (the refresh's staging folder, removed): it reads them where it is now
+    read = read_table(settings, "silver.events").shape[0]
+    params = gen.params_from_settings(
+        settings, events=200, hours=0.5, users=30, seed=6, late_fraction=0.0
+    )
+    gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
+    run_layers(spark, settings, ["bronze", "silver"], out=io.StringIO())
+    new = read_table(settings, "silver.events").shape[0] - read
+    reports = run_flows(spark, settings, [_gold("gold.sessions_custom")], out=io.StringIO())
+    assert [(r.flow, r.error, r.input_rows) for r in reports] == [
+        ("gold.sessions_custom", None, new)
+    ]
 
 
 def test_a_damaged_marker_fails_every_run_with_one_line_and_its_way_out(

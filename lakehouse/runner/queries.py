@@ -177,6 +177,8 @@ def start_flow(
     checkpoint = settings.checkpoint_path(flow.layer, flow.flow)
     for path in checkpoints.remove_unfinished_writes(checkpoint):
         log.info("flow %s: removed %s, left by a job killed while writing it", flow.name, path)
+    for path in checkpoints.relocate_state_schemas(checkpoint):
+        log.info("flow %s: %s points at the checkpoint's own state schemas", flow.name, path)
     planned = checkpoints.plan_lost_no_data_batch(checkpoint, int(time.time() * 1000))
     if planned is not None:
         log.info(

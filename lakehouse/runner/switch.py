@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lakehouse import checkpoints
 from lakehouse.errors import LakehouseError
 from lakehouse.flows import Flow
 from lakehouse.runner.declarations import pipeline
@@ -207,6 +208,8 @@ def switch(store, settings: Settings, base: Path, out) -> None:
                 checkpoint.rename(replaced)
             staged_checkpoint.rename(checkpoint)
             shutil.rmtree(replaced, ignore_errors=True)
+        # (also when a kill came after the rename: the next switch mends it)
+        checkpoints.relocate_state_schemas(checkpoint)
         print(
             f"  {flow.name}: its checkpoint is the rebuilt one; its next run goes on from it",
             file=out,
