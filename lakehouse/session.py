@@ -44,7 +44,7 @@ def session_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
     conf = {
         "spark.app.name": settings.app_name,
         "spark.sql.session.timeZone": "UTC",
-        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.shuffle.partitions": str(settings.partitions),
         "spark.sql.streaming.stateStore.providerClass": (
             ROCKSDB_PROVIDER if store.provider == "rocksdb" else HDFS_PROVIDER
         ),
@@ -123,7 +123,7 @@ def delta_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         # Delta rebuilds a table's snapshot with this many tasks (default 50): on tables of
         # a few hundred files that is 50 tasks of nothing per read and per commit
-        "spark.databricks.delta.snapshotPartitions": str(max(2, settings.shuffle_partitions)),
+        "spark.databricks.delta.snapshotPartitions": str(max(2, settings.partitions)),
         # A checkpoint every 50 commits of a new table, not 10: each one rebuilds the table's
         # state and writes it (an append of a small micro-batch averaged 1.05 s with 10, 0.67 s
         # with 50); `lakehouse maintain` writes one after compacting

@@ -18,6 +18,27 @@ def test_session_conf_from_settings(settings):
     assert conf["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] == "true"
 
 
+@pytest.mark.parametrize(
+    ("master", "given", "partitions"),
+    [
+        ("local[*]", 0, os.cpu_count()),
+        ("local[3]", 0, 3),
+        ("local[2, 4]", 0, 2),
+        ("local", 0, 1),
+        ("spark://127.0.0.1:7077", 0, 8),
+        ("local[*]", 5, 5),
+    ],
+)
+def test_shuffle_partitions_are_one_per_local_core_unless_given(
+    settings, master, given, partitions
+):
+    chosen = settings.with_overrides({"master": master, "shuffle_partitions": given})
+    assert chosen.partitions == partitions
+    conf = session_conf(chosen)
+    assert conf["spark.sql.shuffle.partitions"] == str(partitions)
+    assert conf["spark.databricks.delta.snapshotPartitions"] == str(max(2, partitions))
+
+
 def test_session_has_delta_spark(settings, tmp_path):
     conf = session_conf(settings)
     jars = conf["spark.jars"].split(",")

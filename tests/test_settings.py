@@ -15,7 +15,7 @@ CONF = Path(__file__).resolve().parent.parent / "conf" / "lakehouse.toml"
 def test_profiles_layer_over_defaults():
     local = load_settings("local", config_path=CONF, env={})
     test = load_settings("test", config_path=CONF, env={})
-    assert (local.master, local.shuffle_partitions) == ("local[*]", 4)
+    assert (local.master, local.shuffle_partitions) == ("local[*]", 0)
     assert (test.master, test.shuffle_partitions) == ("local[2]", 2)
     assert test.watermarks.events == "10 minutes"
     assert test.state_store.provider == "rocksdb" and test.state_store.changelog_checkpointing
@@ -63,7 +63,7 @@ def test_lake_layout():
             {},
             "setting 'watermarks.events': invalid duration 'ten minutes'",
         ),
-        ({"shuffle_partitions": "0"}, {}, "setting 'shuffle_partitions' must be > 0; got 0"),
+        ({"shuffle_partitions": "-1"}, {}, "setting 'shuffle_partitions' must be >= 0; got -1"),
         (
             {"state_store.changelog_checkpointing": "maybe"},
             {},

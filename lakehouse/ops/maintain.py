@@ -257,7 +257,7 @@ def maintain_table(
     # empty tasks for a small table on a laptop); the shuffle partitions are the lake's scale
     spark.conf.set(
         "spark.sql.sources.parallelPartitionDiscovery.parallelism",
-        str(max(2, settings.shuffle_partitions)),
+        str(max(2, settings.partitions)),
     )
     on_disk = _data_files_on_disk(path)
     table.vacuum(retention)  # FULL: also files no commit ever referenced
