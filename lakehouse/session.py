@@ -113,6 +113,65 @@ def fair_pools_file() -> Path:
     return copy
 
 
+WORKER_SCRIPT = """#!/bin/sh
+# Written by lakehouse.session: Spark's Python workers on this machine, started by {python}
+# with this pyspark imported from its installed package, whose compiled modules Python keeps,
+# rather than from the zips of the same install that Spark puts first on their PYTHONPATH,
+# which Python compiles again at every worker's start (half a second of CPU each).
+set -f
+kept=
+IFS=:
+for entry in $PYTHONPATH; do
+  case $entry in
+    {zips}) ;;
+    *) kept=${{kept:+$kept:}}$entry ;;
+  esac
+done
+unset IFS
+PYTHONPATH=$kept
+export PYTHONPATH
+exec {python} "$@"
+"""
+
+
+def worker_python(python: str) -> str:
+    """The interpreter for Spark's Python workers on a local master: ``python`` behind a
+    small script that drops from their PYTHONPATH the zips of this installed pyspark (and of
+    py4j, when the installed one is the zip's version), the very code installed, which
+    Python imports from a zip by compiling every module at each worker's start: about 6 s
+    of CPU in a gold run of the demo. The script is kept in the user's cache folder, named
+    after its content. ``python`` itself when there is nothing to drop, when it is such a
+    script already, or when no script can be written."""
+    import shlex
+    from importlib import metadata
+
+    import pyspark
+
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    zips = [lib / "pyspark.zip"]
+    with contextlib.suppress(metadata.PackageNotFoundError):
+        zips.append(lib / f"py4j-{metadata.version('py4j')}-src.zip")
+    zips = [z for z in zips if z.is_file()]
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lakehouse"
+    if not zips or Path(python).parent == folder:
+        return python
+    script = WORKER_SCRIPT.format(
+        python=shlex.quote(python), zips="|".join(shlex.quote(str(z)) for z in zips)
+    )
+    digest = hashlib.sha256(script.encode()).hexdigest()[:16]
+    path = folder / f"python-worker-{digest}"
+    try:
+        if not path.is_file():
+            folder.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f".{path.name}.{os.getpid()}")
+            partial.write_text(script)
+            partial.chmod(0o755)
+            os.replace(partial, path)
+    except OSError:
+        return python
+    return str(path)
+
+
 def delta_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
     """Classpath, extensions and catalog of delta-spark (and the jars of Spark's Kafka source). Under
     spark-submit the jars come with --jars (the job's code may come from a zip, with no jar
@@ -153,7 +212,9 @@ def build_session(
         settings = submitted_settings(settings)
     if settings.master.startswith("local"):
         # Spark's Python workers (data source planning among them) read this variable.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ["PYSPARK_PYTHON"] = worker_python(
+            os.environ.get("PYSPARK_PYTHON", sys.executable)
+        )
     from pyspark.sql import SparkSession
 
     conf = {
