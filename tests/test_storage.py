@@ -217,6 +217,27 @@ def test_upsert_by_two_key_columns_and_update_expressions(spark, upserts):
     )
 
 
+@UPSERT_PATHS
+def test_an_upsert_into_a_table_with_no_rows_is_an_append(spark, upserts, arrow_rows):
+    """Nothing to match: the batch is appended (by delta-rs when it is few rows), once;
+    keys that occur twice in it are still refused."""
+    store = upserts
+    kv = "k long, v string"
+    store.create("gold.fresh", spark.createDataFrame([], kv).schema)
+    dupes = spark.createDataFrame([(1, "a"), (1, "b")], kv)
+    with pytest.raises(ValueError, match=r"key\(s\) of \(k\) occur more than once in batch 0"):
+        store.upsert(dupes, "gold.fresh", ["k"], "app", 0)
+    first = spark.createDataFrame([(1, "a"), (2, "b")], kv)
+    store.upsert(first, "gold.fresh", ["k"], "app", 0)
+    store.upsert(spark.createDataFrame([(1, "x")], kv), "gold.fresh", ["k"], "app", 0)  # replay
+    assertDataFrameEqual(store.read("gold.fresh"), first)
+    table = DeltaTable(str(store.path("gold.fresh")))
+    assert table.transaction_version("app") == 0
+    last = table.history(1)[0]
+    engine = last.get("engineInfo") or last.get("clientVersion") or ""
+    assert last["operation"] == "WRITE" and ("delta-rs" in engine) == bool(arrow_rows), last
+
+
 def test_an_upsert_into_a_table_delta_rs_cannot_write_is_delta_sparks(spark, store):
     """A table with in-commit timestamps (a writer feature delta-rs 1.x refuses to commit
     to): a small upsert falls back to delta-spark's MERGE, exactly once."""

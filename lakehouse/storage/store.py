@@ -513,7 +513,7 @@ class TableStore:
         def append(table, data: pa.Table, properties) -> None:
             write_deltalake(table, data, mode="append", commit_properties=properties)
 
-        return self._by_delta_rs(df, name, app_id, version, append, with_rows=False)
+        return self._by_delta_rs(df, name, app_id, version, append, empty_too=True)
 
     def _upsert_arrow(
         self,
@@ -523,11 +523,15 @@ class TableStore:
         app_id: str,
         batch_id: int,
         updates: dict[str, str] | None,
+        rows: int,
     ) -> bool:
-        """:meth:`upsert` by delta-rs: the batch merged in one commit that records
-        (``app_id``, ``batch_id``); False, with nothing done, where delta-spark does it (see
-        :meth:`_by_delta_rs`; a table with no rows, where the batch is appended)."""
+        """:meth:`upsert` of the ``rows`` rows of ``df`` by delta-rs: the batch merged in one
+        commit that records (``app_id``, ``batch_id``), or appended into a table with no rows
+        yet, where it has nothing to match; False, with nothing done, where delta-spark does
+        it (see :meth:`_by_delta_rs`; more rows than one file holds into a table with no
+        rows, which delta-spark writes in files of ``write.rows_per_file``)."""
         import pyarrow.compute as pc
+        from deltalake import write_deltalake
 
         def merge(table, data: pa.Table, properties) -> None:
             copies = data.group_by(list(keys)).aggregate([([], "count_all")])
@@ -536,6 +540,9 @@ class TableStore:
                 first = copies.select(list(keys)).slice(0, 1).to_pylist()[0]
                 before, after = _duplicate_keys_message(name, keys, batch_id)
                 raise ValueError(before + json.dumps(first, default=str) + after)
+            if not table.file_uris():
+                write_deltalake(table, data, mode="append", commit_properties=properties)
+                return
             # each comparison in parentheses: DataFusion parses `a IS NOT DISTINCT FROM b AND
             # c` as `a IS NOT DISTINCT FROM (b AND c)`
             predicate = " AND ".join(f"(t.`{k}` IS NOT DISTINCT FROM s.`{k}`)" for k in keys)
@@ -552,7 +559,8 @@ class TableStore:
                 merger = merger.when_matched_update_all()
             merger.when_not_matched_insert_all().execute()
 
-        return self._by_delta_rs(df, name, app_id, batch_id, merge, with_rows=True)
+        one_file = rows <= self.settings.write.rows_per_file
+        return self._by_delta_rs(df, name, app_id, batch_id, merge, empty_too=one_file)
 
     def _by_delta_rs(
         self,
@@ -561,13 +569,13 @@ class TableStore:
         app_id: str,
         version: int,
         commit: Callable[[Any, pa.Table, Any], None],
-        with_rows: bool,
+        empty_too: bool,
     ) -> bool:
         """``commit(table, data, properties)``: ``df`` collected as Arrow in the columns of
         table ``name`` (a delta-rs table), written in one commit with ``properties``, which
         record (``app_id``, ``version``); skipped when the table records that version or a
         later one already. True when done or skipped; False, with nothing done, where
-        delta-spark does it: no table yet, a table with no rows when ``with_rows``, a
+        delta-spark does it: no table yet, a table with no rows unless ``empty_too``, a
         partitioned table, a batch whose columns are not the table's
         (delta-spark's path says how in one line), a table feature delta-rs does not write
         (in-commit timestamps, row tracking, type widening: refused before any commit)."""
@@ -588,7 +596,7 @@ class TableStore:
             incoming = dfiles.utc_schema(_arrow_schema(df.schema))
             if table.metadata().partition_columns or dfiles.schema_differences(schema, incoming):
                 return False
-            if with_rows and not table.file_uris():
+            if not empty_too and not table.file_uris():
                 return False
             data = dfiles.conform(df.toArrow(), schema)
             properties = dfiles.app_commit(app_id, version)
@@ -668,8 +676,8 @@ class TableStore:
         value of its SQL expression over ``t``, the table's row, and ``s``, the batch's).
         ``rows``: the batch's row count, when the caller knows it. A batch of no rows writes
         nothing; into a table with no rows yet the batch is appended (a MERGE would look for
-        matches it cannot find). A batch of at most ``write.arrow_upsert_rows`` rows into a
-        table with rows is merged by delta-rs (:meth:`_upsert_arrow`); a larger one by
+        matches it cannot find). A batch of at most ``write.arrow_upsert_rows`` rows is
+        merged, or appended, by delta-rs (:meth:`_upsert_arrow`); a larger one by
         delta-spark's MERGE, which takes its app transaction from the confs of the batch's own
         session: each streaming query runs in a session of its own, so no other flow sees
         them."""
@@ -679,7 +687,7 @@ class TableStore:
         if not rows:
             return
         small = rows <= self.settings.write.arrow_upsert_rows
-        if small and self._upsert_arrow(df, name, keys, app_id, batch_id, updates):
+        if small and self._upsert_arrow(df, name, keys, app_id, batch_id, updates, rows):
             return
         jtxn = self._transaction(name) if self.exists(name) else None
         if jtxn is not None and _recorded_version(jtxn, app_id) >= batch_id:
