@@ -28,7 +28,7 @@ from lakehouse.ops.maintain import lake_tables
 from lakehouse.ops.status import read_table
 from lakehouse.progress import Progress
 from lakehouse.proof.verify import run_verify
-from lakehouse.runner import declared_tables, layer_flows, run_layers
+from lakehouse.runner import declared_tables, layer_flows, run_flows, run_layers
 from lakehouse.runner.switch import MARKER
 from lakehouse.settings import load_settings
 from lakehouse.tools import generate as gen
@@ -297,7 +297,10 @@ def test_a_refresh_killed_while_it_switches_is_finished_and_exact(spark, setting
         gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
 
     generate(SEED)
-    run_layers(spark, settings, ["bronze", "silver", "gold"], out=io.StringIO())
+    run_layers(spark, settings, ["bronze", "silver"], out=io.StringIO())
+    # (the other gold flows run once, at the end)
+    custom = [f for f in layer_flows("gold") if f.name == "gold.sessions_custom"]
+    run_flows(spark, settings, custom, out=io.StringIO())
     generate(SEED + 1)  # new landing files, which bronze appends beside the refreshes
     versions = Path(settings.table_path("gold.sessions_custom")) / "_delta_log"
     staging = settings.root / "refresh"
