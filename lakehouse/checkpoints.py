@@ -10,6 +10,7 @@ and ``sources/`` the file sources' logs. Files named ``.<n>.crc`` are Hadoop's c
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -89,7 +90,7 @@ def remove_unfinished_writes(checkpoint: Path) -> list[Path]:
     return removed
 
 
-_SCHEMA_FILE = re.compile(r"/(state/[^/]+/_stateSchema/.+)$")
+_SCHEMA_FILE = re.compile(r"/(state/\d+/_stateSchema/[^/]+/[^/]+)$")
 
 
 def relocate_state_schemas(checkpoint: Path) -> list[Path]:
@@ -97,14 +98,15 @@ def relocate_state_schemas(checkpoint: Path) -> list[Path]:
     files. A transformWithState operator's metadata (``state/<op>/_metadata/v2/<n>``) names
     its state schema files by absolute path: a checkpoint renamed into place (a full refresh's
     switch) or a lake root moved or copied would look for them where the checkpoint was, and
-    its query fail on "File ... does not exist" at every start. Each such path that names no
-    file, while the checkpoint holds that file itself, is rewritten to the checkpoint's copy
-    (and the entry's Hadoop checksum removed: it checked the old text). The files rewritten."""
+    its query fail on "File ... does not exist" at every start once that place is gone. Each
+    such path that is not the checkpoint's own copy of the file, while the checkpoint holds
+    one, is rewritten to it (and the entry's Hadoop checksum removed: it checked the old
+    text). The files rewritten."""
     rewritten = []
     for entry in sorted(checkpoint.glob("state/*/_metadata/v2/*")):
         if not entry.name.isdigit():
             continue
-        lines = entry.read_text().split("\n")
+        lines = entry.read_text(encoding="utf-8").split("\n")
         changed = False
         for index, line in enumerate(lines[1:], start=1):
             if "stateSchemaFilePaths" not in line:
@@ -119,8 +121,13 @@ def relocate_state_schemas(checkpoint: Path) -> list[Path]:
                         changed = True
             lines[index] = json.dumps(record, separators=(",", ":"))
         if changed:
-            temporary = entry.with_name(f".{entry.name}.relocated.tmp")
-            temporary.write_text("\n".join(lines))
+            # (beside the checkpoint's folders, not in the metadata's: Spark reads every name
+            # there as a batch number)
+            temporary = checkpoint / f".{entry.parent.parent.parent.name}-{entry.name}.tmp"
+            with open(temporary, "w", encoding="utf-8") as handle:
+                handle.write("\n".join(lines))
+                handle.flush()
+                os.fsync(handle.fileno())
             (entry.parent / f".{entry.name}.crc").unlink(missing_ok=True)
             temporary.replace(entry)
             rewritten.append(entry)
@@ -129,14 +136,15 @@ def relocate_state_schemas(checkpoint: Path) -> list[Path]:
 
 def _moved_schema_file(checkpoint: Path, path: str) -> str | None:
     """The path of the checkpoint's own copy of state schema file ``path`` (a ``file:`` URI
-    Spark wrote) when ``path`` names no file and the checkpoint holds it; else None."""
+    Spark wrote) when ``path`` names another file and the checkpoint holds that copy; else
+    None."""
     match = _SCHEMA_FILE.search(path)
     if not path.startswith("file:") or match is None:
         return None
-    if Path(path.removeprefix("file:")).is_file():
-        return None
     own = checkpoint.resolve() / match.group(1)
-    return f"file:{own}" if own.is_file() else None
+    if not own.is_file() or Path(path.removeprefix("file:")).resolve() == own:
+        return None
+    return f"file:{own}"
 
 
 def committed_batches(checkpoint: Path) -> list[int]:

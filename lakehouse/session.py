@@ -114,10 +114,10 @@ def fair_pools_file() -> Path:
 
 
 WORKER_SCRIPT = """#!/bin/sh
-# Written by lakehouse.session: Spark's Python workers on this machine, started by {python}
-# with this pyspark imported from its installed package, whose compiled modules Python keeps,
-# rather than from the zips of the same install that Spark puts first on their PYTHONPATH,
-# which Python compiles again at every worker's start (half a second of CPU each).
+# Written by lakehouse.session: Spark's Python workers on this machine, with this pyspark
+# imported from its installed package, whose compiled modules Python keeps, rather than from
+# the zips of the same install that Spark puts first on their PYTHONPATH, which Python
+# compiles again at every worker's start (half a second of CPU each).
 set -f
 kept=
 IFS=:
@@ -132,6 +132,9 @@ PYTHONPATH=$kept
 export PYTHONPATH
 exec {python} "$@"
 """
+# the interpreter each worker script runs (script -> interpreter), to undo it for a master
+# whose workers run on other machines
+_WRAPPED: dict[str, str] = {}
 
 
 def worker_python(python: str) -> str:
@@ -140,35 +143,45 @@ def worker_python(python: str) -> str:
     py4j, when the installed one is the zip's version), the very code installed, which
     Python imports from a zip by compiling every module at each worker's start: about 6 s
     of CPU in a gold run of the demo. The script is kept in the user's cache folder, named
-    after its content. ``python`` itself when there is nothing to drop, when it is such a
+    after its content. ``python`` itself when it is another interpreter than this process's
+    (its pyspark may not be this one), when there is nothing to drop, when it is such a
     script already, or when no script can be written."""
     import shlex
+    import shutil
     from importlib import metadata
 
     import pyspark
 
+    if python in _WRAPPED:
+        return python
+    found = shutil.which(python)
+    if found is None or Path(found).absolute() != Path(sys.executable).absolute():
+        return python
     lib = Path(pyspark.__file__).parent / "python" / "lib"
     zips = [lib / "pyspark.zip"]
     with contextlib.suppress(metadata.PackageNotFoundError):
         zips.append(lib / f"py4j-{metadata.version('py4j')}-src.zip")
-    zips = [z for z in zips if z.is_file()]
-    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lakehouse"
-    if not zips or Path(python).parent == folder:
+    # as Spark may name them: from SPARK_HOME, which can be the resolved folder
+    names = sorted({str(p) for z in zips if z.is_file() for p in (z, z.resolve())})
+    if not names:
         return python
     script = WORKER_SCRIPT.format(
-        python=shlex.quote(python), zips="|".join(shlex.quote(str(z)) for z in zips)
+        python=shlex.quote(python), zips="|".join(shlex.quote(name) for name in names)
     )
     digest = hashlib.sha256(script.encode()).hexdigest()[:16]
-    path = folder / f"python-worker-{digest}"
     try:
+        cache = os.environ.get("XDG_CACHE_HOME", "")
+        folder = (Path(cache) if os.path.isabs(cache) else Path.home() / ".cache") / "lakehouse"
+        path = folder / f"python-worker-{digest}"
         if not path.is_file():
             folder.mkdir(parents=True, exist_ok=True)
             partial = path.with_name(f".{path.name}.{os.getpid()}")
             partial.write_text(script)
             partial.chmod(0o755)
             os.replace(partial, path)
-    except OSError:
+    except (OSError, RuntimeError):  # (RuntimeError: no home folder)
         return python
+    _WRAPPED[str(path)] = python
     return str(path)
 
 
@@ -215,6 +228,8 @@ def build_session(
         os.environ["PYSPARK_PYTHON"] = worker_python(
             os.environ.get("PYSPARK_PYTHON", sys.executable)
         )
+    elif os.environ.get("PYSPARK_PYTHON") in _WRAPPED:  # a script on this machine only
+        os.environ["PYSPARK_PYTHON"] = _WRAPPED[os.environ["PYSPARK_PYTHON"]]
     from pyspark.sql import SparkSession
 
     conf = {

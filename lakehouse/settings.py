@@ -315,14 +315,18 @@ class SchedulerSettings:
 
 def local_cores(master: str) -> int | None:
     """The cores a local master runs on (``local``: 1; ``local[N]`` and ``local[N,F]``: N;
-    ``local[*]``: this machine's); None for any other master."""
-    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    ``local[*]``: the cores this process may run on); None for any other master."""
+    match = re.fullmatch(r"local(?:\[\s*(\*|\d+)\s*(?:,\s*\d+\s*)?\])?", master.strip())
     if match is None:
         return None
     cores = match.group(1)
     if cores is None:
         return 1
-    return (os.cpu_count() or 1) if cores == "*" else max(1, int(cores))
+    if cores != "*":
+        return max(1, int(cores))
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -7,7 +9,7 @@ import pytest
 from lakehouse import jars as jars_module
 from lakehouse.jars import DEFAULT_JARS_DIR, NativeJarsMissing
 from lakehouse.javacheck import JavaError, check_java
-from lakehouse.session import ROCKSDB_PROVIDER, session_conf
+from lakehouse.session import ROCKSDB_PROVIDER, session_conf, worker_python
 
 
 def test_session_conf_from_settings(settings):
@@ -115,3 +117,30 @@ def test_old_or_missing_java_gives_one_line(tmp_path, monkeypatch):
         "JAVA_HOME", str(_fake_java(tmp_path / "new", 'openjdk version "17.0.15" 2025-04-15'))
     )
     assert check_java().endswith(os.path.join("bin", "java"))
+
+
+def test_the_workers_start_script_drops_only_this_installs_zips(tmp_path, monkeypatch):
+    """Spark puts its pyspark and py4j zips first on a worker's PYTHONPATH: the start script
+    drops those of this install (the same code, installed and compiled) and keeps every other
+    entry as it is, spaces and glob characters included."""
+    import pyspark
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    script = worker_python(sys.executable)
+    assert Path(script).parent == tmp_path / "cache" / "lakehouse"
+    assert worker_python(script) == script  # not wrapped twice
+    other = str(tmp_path / "python3")  # another interpreter: its own pyspark, its own zips
+    assert worker_python(other) == other
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    zips = sorted(str(z) for z in lib.glob("*.zip"))
+    assert len(zips) == 2, zips  # pyspark.zip and py4j's
+    odd = str(tmp_path / "a b*")
+    shown = "import os, pyspark; print(os.environ['PYTHONPATH']); print(pyspark.__file__)"
+    result = subprocess.run(
+        [script, "-c", shown],
+        env={**os.environ, "PYTHONPATH": ":".join([*zips, odd, "/x"])},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.splitlines() == [f"{odd}:/x", pyspark.__file__]

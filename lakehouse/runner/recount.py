@@ -66,6 +66,8 @@ def recount_unrecorded(
     query = checkpoints.query_id(checkpoint)
     if query is None:
         return []
+    # (a checkpoint moved: its copy must find the state schema files too)
+    checkpoints.relocate_state_schemas(checkpoint)
     lost = [
         b for b in checkpoints.committed_batches(checkpoint) if b not in recorded.get(query, ())
     ]

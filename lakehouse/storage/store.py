@@ -602,6 +602,7 @@ class TableStore:
             properties = dfiles.app_commit(app_id, version)
             failpoint(f"before-commit:{name}")
             with _commit_lock(self.path(name)):
+                table.update_incremental()  # what this process committed since it opened it
                 commit(table, data, properties)
         except (DeltaProtocolError, CommitFailedError, SchemaMismatchError) as exc:
             # (a schema delta-rs sees otherwise than delta-spark: delta-spark's path writes
