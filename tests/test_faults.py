@@ -137,6 +137,15 @@ def _run_killed(
         pytest.fail(f"{layer} failed after its kills {kills}; the log:\n{excerpt}")
 
 
+def _lakehouse(args: list[str], root: Path, log) -> subprocess.Popen:
+    """``lakehouse ARGS`` on the lake at ``root`` (test profile) in a process of its own."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "lakehouse", *args, "--root", str(root), "--profile", "test"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT, start_new_session=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )  # fmt: skip
+
+
 class _MaintainKilled(threading.Thread):
     """``lakehouse maintain`` (compaction, log checkpoint, vacuum with 0 hours' retention) of
     the bronze and silver tables, run beside the gold job that reads them: killed with
@@ -158,13 +167,6 @@ class _MaintainKilled(threading.Thread):
         self.process: subprocess.Popen | None = None
         self.gold_done = threading.Event()
 
-    def _command(self, tables: list[str]) -> list[str]:
-        return [
-            sys.executable, "-m", "lakehouse", "maintain", "--root", str(self.root),
-            "--profile", "test", "--force", "--conf", "maintenance.vacuum_retention_hours=0",
-            *[arg for table in tables for arg in ("--table", table)],
-        ]  # fmt: skip
-
     def _commits(self) -> int:
         tables = self.root / "tables"
         return sum(len(list(tables.glob(f"{layer}/*/_delta_log/*.json"))) for layer in UPSTREAM)
@@ -175,11 +177,9 @@ class _MaintainKilled(threading.Thread):
             _kill(self.process)
 
     def _start(self, tables: list[str], handle) -> subprocess.Popen:
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-        self.process = subprocess.Popen(
-            self._command(tables), stdout=handle, stderr=subprocess.STDOUT, cwd=PROJECT,
-            env=env, start_new_session=True,
-        )  # fmt: skip
+        tables = [arg for table in tables for arg in ("--table", table)]
+        force = ["--force", "--conf", "maintenance.vacuum_retention_hours=0"]
+        self.process = _lakehouse(["maintain", *force, *tables], self.root, handle)
         return self.process
 
     def _upstream(self) -> list[str]:
@@ -271,15 +271,6 @@ def test_killed_and_restarted_jobs_leave_every_table_exact(spark, settings, tmp_
     assert run_verify(settings, report) == 0, report.getvalue()
     assert report.getvalue().splitlines()[-1] == ALL_EQUAL
     _assert_every_batch_recorded_once(settings, tmp_path / "jobs.log")
-
-
-def _lakehouse(args: list[str], root: Path, log) -> subprocess.Popen:
-    """``lakehouse ARGS`` on the lake at ``root`` (test profile) in a process of its own."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "lakehouse", *args, "--root", str(root), "--profile", "test"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT, start_new_session=True,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-    )  # fmt: skip
 
 
 def test_a_refresh_killed_while_it_switches_is_finished_and_exact(spark, settings, tmp_path):
