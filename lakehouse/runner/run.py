@@ -346,7 +346,12 @@ def _wait(
             if not query.isActive and handled.get(name) is not query:
                 handled[name] = query
                 restart(name)
-        if all(not q.isActive and n not in restarts_due for n, q in queries.items()):
+        # ended for good: inactive, handed to restart (a query ending after the loop above
+        # is handed at the next turn), and no start planned
+        if all(
+            not q.isActive and handled.get(n) is q and n not in restarts_due
+            for n, q in queries.items()
+        ):
             return
 
 
