@@ -346,12 +346,9 @@ def _wait(
             if not query.isActive and handled.get(name) is not query:
                 handled[name] = query
                 restart(name)
-        # ended for good: inactive, handed to restart (a query ending after the loop above
+        # ended for good: handed to restart (so inactive; a query ending after the loop above
         # is handed at the next turn), and no start planned
-        if all(
-            not q.isActive and handled.get(n) is q and n not in restarts_due
-            for n, q in queries.items()
-        ):
+        if all(handled.get(n) is q and n not in restarts_due for n, q in queries.items()):
             return
 
 
