@@ -140,47 +140,70 @@ _REFUSED = re.compile(
 )
 
 
-def kafka_failure(settings: Settings, flow: str, text: str) -> str | None:
-    """What a bronze flow reading Kafka ran into, and the way out: a login or an access the
-    broker refused, records gone before it read them, or a broker that does not answer; None
-    for other errors."""
+def kafka_failure(settings: Settings, flow: str, text: str, advice: bool = True) -> str | None:
+    """What a bronze flow reading Kafka ran into, and the way out (without it: ``advice``
+    False, for a flow the runner starts again itself): a login or an access the broker refused,
+    records gone before it read them, or a broker that does not answer; None for other
+    errors."""
     if settings.bronze.source != "kafka" or not flow.startswith("bronze."):
         return None
+    broker = settings.kafka.bootstrap_servers
+    joint = "; "  # between what happened and the way out
     refused = _REFUSED.findall(text)
     if refused:
         kind, why = refused[-1]  # (the deepest cause)
-        broker = settings.kafka.bootstrap_servers
         topic = settings.kafka.topic_of(flow.removeprefix("bronze."))
         if "Authorization" in kind:
-            return (
-                f"the Kafka broker at {broker} refused bronze access to topic {topic} ({kind}: "
-                f"{why.strip()}); check the user's ACLs on the topic and kafka.options"
-            )
-        return (
-            f"the Kafka broker at {broker} refused bronze's login for topic {topic} ({kind}: "
-            f"{why.strip()}); check the credentials and TLS settings in kafka.options"
-        )
-    if "Some data may have been lost because they are not available in Kafka" in text:
+            what = f"the Kafka broker at {broker} refused bronze access to topic {topic}"
+            way_out = "check the user's ACLs on the topic and kafka.options"
+        else:
+            what = f"the Kafka broker at {broker} refused bronze's login for topic {topic}"
+            way_out = "check the credentials and TLS settings in kafka.options"
+        what += f" ({kind}: {why.strip()})"
+    elif "Some data may have been lost because they are not available in Kafka" in text:
         found = _LOST.search(text)
         where = (
             f"records at offsets [{found[1]}, {found[2]}) of {found[3]} (topic-partition)"
             if found
             else "records it had not read yet"
         )
-        return (
+        what = (
             f"{where} are no longer on the broker (retention deleted them, or the topic was "
-            "deleted): they are lost to the lake. To accept the loss and go on from the "
+            "deleted)"
+        )
+        joint = ": "
+        way_out = (
+            "they are lost to the lake. To accept the loss and go on from the "
             "earliest record still there, run bronze once with kafka.fail_on_data_loss=false "
             "(--conf, or LAKEHOUSE_KAFKA__FAIL_ON_DATA_LOSS=false)"
         )
-    if "org.apache.kafka.common.errors.TimeoutException" in text:
+    elif "org.apache.kafka.common.errors.TimeoutException" in text:
         cause = text.split("org.apache.kafka.common.errors.TimeoutException: ")[-1].splitlines()[0]
-        return (
-            f"the Kafka broker at {settings.kafka.bootstrap_servers} did not answer ({cause}); "
+        what = f"the Kafka broker at {broker} did not answer ({cause})"
+        way_out = (
             "once it is back, run bronze again: it goes on from the offsets in its checkpoint, "
             "and nothing is lost"
         )
-    return None
+    else:
+        return None
+    if not advice:
+        return what
+    return f"{what}{joint}{way_out}"
+
+
+def failure_text(settings: Settings, flow: str, error: BaseException, advice: bool = True) -> str:
+    """One line for a flow's failed query, redacted (a secret of the settings, a JAAS config
+    say, never reaches ops.runs or a log): a checkpoint whose state does not fit, or what a
+    Kafka source ran into, in the user's words with the way out (unless ``advice`` is False,
+    for a flow the runner starts again itself); else the line of the error that says what went
+    wrong."""
+    layer, name = split_table_name(flow)
+    text = str(error)
+    return redact(
+        incompatible_state(flow, settings.checkpoint_path(layer, name), text)
+        or kafka_failure(settings, flow, text, advice)
+        or first_line(error)
+    )
 
 
 _RAISED = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*: \S.*$")
@@ -278,15 +301,11 @@ def flow_reports(
         )
         for attempt in tries[:-1]:
             failure = attempt.exception()
-            report.restarts.append(redact(first_line(failure)) if failure is not None else "")
+            report.restarts.append(
+                failure_text(settings, name, failure, advice=False) if failure is not None else ""
+            )
         error = query.exception()
         if error is not None:
-            layer, flow = split_table_name(name)
-            # (a secret of the settings, a JAAS config say, never reaches ops.runs or a log)
-            report.error = redact(
-                incompatible_state(name, settings.checkpoint_path(layer, flow), str(error))
-                or kafka_failure(settings, name, str(error))
-                or first_line(error)
-            )
+            report.error = failure_text(settings, name, error)
         reports.append(report)
     return reports

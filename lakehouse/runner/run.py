@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, TextIO
 from lakehouse.flows import Flow
 from lakehouse.locks import flow_locks
 from lakehouse.redaction import redact
-from lakehouse.runner.books import RunBook, first_line, flow_reports, progress_listener
+from lakehouse.runner.books import (
+    RunBook,
+    failure_text,
+    first_line,
+    flow_reports,
+    progress_listener,
+)
 from lakehouse.runner.declarations import PIPELINE, completeness_columns, layer_flows
 from lakehouse.runner.errors import FlowFailed, RunStopped
 from lakehouse.runner.monitoring import ProgressRecorder
@@ -113,11 +119,10 @@ class _Queries:
         failed = self.failed.setdefault(name, [])
         if error is None:
             return False
-        line = redact(first_line(error))
         if transient(str(error)) and len(failed) < TRANSIENT_RESTARTS:
             print(
-                f"flow {name}: {line} (the machine was too busy); restarting it from its "
-                f"checkpoint ({len(failed) + 1} of {TRANSIENT_RESTARTS})",
+                f"flow {name}: {redact(first_line(error))} (the machine was too busy); "
+                f"restarting it from its checkpoint ({len(failed) + 1} of {TRANSIENT_RESTARTS})",
                 file=self.out,
                 flush=True,
             )
@@ -128,6 +133,8 @@ class _Queries:
         trigger = self.settings.trigger
         done = self.later_restarts.get(name, 0)
         if done >= trigger.restarts:
+            # what it ran into, with the way out (a Kafka broker's, say)
+            line = failure_text(self.settings, name, error)
             print(
                 f"flow {name} failed for good after {done} restart(s): {line}; the other flows "
                 "run on",
@@ -138,6 +145,7 @@ class _Queries:
         delay = min(duration_seconds(trigger.restart_delay) * 2**done, MAX_RESTART_DELAY_S)
         self.later_restarts[name] = done + 1
         self.due[name] = time.monotonic() + delay
+        line = failure_text(self.settings, name, error, advice=False)  # the runner's way out
         print(
             f"flow {name} failed: {line}; starting it again alone in {delay:g} s "
             f"({done + 1} of {trigger.restarts}), the other flows run on",
