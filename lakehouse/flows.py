@@ -136,10 +136,11 @@ class Flow:
     description: str = ""
     # settings the transform needs (e.g. a watermark), as keyword arguments
     params: Callable[[Settings], dict[str, Any]] | None = None
-    # called with each micro-batch (and its id) before anything is written: it may raise
-    # (fail rules) and may return side rows for other tables, e.g. {"ops.quality_results": df},
-    # or futures of them (see in_background), written once the main outputs are
-    before_write: Callable[[DataFrame, int], SideOutputs | None] | None = None
+    # called with each micro-batch, its id and its number of rows before anything is written:
+    # it may raise (fail rules) and may return side rows for other tables, e.g.
+    # {"ops.quality_results": df}, or futures of them (see in_background), written once the
+    # main outputs are
+    before_write: Callable[[DataFrame, int, int], SideOutputs | None] | None = None
     # the name of a table (or "") whose rows seed the flow's state on its first run: the
     # runner reads it as a batch and passes it as ``initial_state=`` while the checkpoint
     # has no committed micro-batch (Spark only applies initial state to a new query)

@@ -151,14 +151,14 @@ def late_rows(routed: DataFrame) -> DataFrame:
     )
 
 
-def _check(batch: DataFrame, batch_id: int):
+def _check(batch: DataFrame, batch_id: int, batch_rows: int):
     """The fail rules on each side's kept rows, the results on each side's input rows in the
     batch, kept or quarantined."""
     parts = []
     for side, (_columns, rules) in SIDES.items():
         rows = side_rows(batch, side)
         parts.append((rows.where(F.col(ROUTE) == CHECKED), rows.drop(FAILED, ROUTE), rules()))
-    return check_batch(parts, TABLE, batch_id)
+    return check_batch(parts, TABLE, batch_id, batch_rows)
 
 
 FLOW = Flow(

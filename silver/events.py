@@ -79,11 +79,12 @@ def events_rows(routed: DataFrame) -> DataFrame:
     return routed.where(F.col(ROUTE) == TABLE).select(*COLUMNS)
 
 
-def _check(batch: DataFrame, batch_id: int):
+def _check(batch: DataFrame, batch_id: int, batch_rows: int):
     """The fail rules on the kept rows, the results on every input row (kept, quarantined,
     duplicate or late)."""
     rows = batch.where(F.col(ROUTE) != TABLE).select(*COLUMNS)
-    return check_batch([(batch.where(F.col(ROUTE) == TABLE), rows, rules())], TABLE, batch_id)
+    kept = batch.where(F.col(ROUTE) == TABLE)
+    return check_batch([(kept, rows, rules())], TABLE, batch_id, batch_rows)
 
 
 def late_rows(routed: DataFrame) -> DataFrame:

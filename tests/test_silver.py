@@ -295,16 +295,25 @@ def test_great_expectations_gives_the_same_results_on_pandas_and_on_spark(spark)
     ).select(*events.COLUMNS)
     rules = events.rules()
 
-    def results(table: str, pandas_max_rows: int) -> list[tuple]:
-        found = quality.validate(batch, rules, table, 7, pandas_max_rows).drop(["validated_at"])
-        return sorted(tuple(r.values()) for r in found.to_pylist())
+    def results(table: str, pandas_max_rows: int, at_most: int | None = None) -> list[tuple]:
+        found = quality.validate(batch, rules, table, 7, pandas_max_rows, at_most)
+        return sorted(tuple(r.values()) for r in found.drop(["validated_at"]).to_pylist())
 
     on_pandas = results("t.small", quality.PANDAS_MAX_ROWS)
     on_spark = results("t.large", len(rows) - 1)  # one row too many for pandas
     assert "pandas:t.small" in quality._GX and "pandas:t.large" not in quality._GX
     assert "spark:t.large" in quality._GX
     assert [r[1:] for r in on_pandas] == [r[1:] for r in on_spark]
+    # a bound the caller knows (the micro-batch's rows): the same results
+    assert [r[1:] for r in results("t.bound", quality.PANDAS_MAX_ROWS, len(rows))] == [
+        r[1:] for r in on_pandas
+    ]
+    assert [r[1:] for r in results("t.bound_large", len(rows) - 1, len(rows))] == [
+        r[1:] for r in on_spark
+    ]
+    assert "spark:t.bound_large" in quality._GX
     assert quality.validate(batch.limit(0), rules, "t.none", 8) is None
+    assert quality.validate(batch.limit(0), rules, "t.none", 8, at_most=len(rows)) is None
     counts = {r[2]: (r[6], r[7], r[8]) for r in on_pandas}  # rule: success, elements, unexpected
     assert counts == {
         "event_id_present": (False, 8, 1),
@@ -344,7 +353,7 @@ def test_a_fail_rule_stops_the_flow_naming_rule_table_and_count(spark, settings,
     flow = dataclasses.replace(
         EVENTS_FLOW,
         transform=partial(events.silver_events, quality=strict),
-        before_write=lambda batch, _id: enforce_fail_rules(
+        before_write=lambda batch, _id, _rows: enforce_fail_rules(
             batch.where("_route = 'silver.events'"), strict, "silver.events"
         ),
     )

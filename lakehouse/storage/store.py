@@ -365,7 +365,7 @@ class TableStore:
         *,
         trigger: dict[str, Any] | None = None,
         query_name: str | None = None,
-        before_write: Callable[[DataFrame, int], SideOutputs | None] | None = None,
+        before_write: Callable[[DataFrame, int, int], SideOutputs | None] | None = None,
         prepare: Callable[[DataFrame, int], DataFrame] | None = None,
     ) -> StreamingQuery:
         """Start a streaming query appending each micro-batch to several tables: table ``name``
@@ -374,7 +374,7 @@ class TableStore:
         :data:`LATE_BEFORE`, the watermark its stateful operators drop late rows against (a
         row at or before it is late). Each table records the batch in its own app transaction, so after
         a crash between two tables the replayed batch only writes the tables that missed it.
-        ``before_write(batch, batch_id)`` runs first (it may raise to stop the query) and may
+        ``before_write(batch, batch_id, rows)`` runs first (it may raise to stop the query) and may
         return more rows to append to other tables ({table: rows, or a future of them}),
         written the same way after the routes. ``prepare(batch, batch_id)``, when given, is
         the batch the routes and ``before_write`` see (rows taken out or added)."""
@@ -399,7 +399,8 @@ class TableStore:
             batch, outs = made
             side = {}
             try:
-                side = (before_write(batch, batch_id) if before_write else None) or {}
+                # (the batch's rows, counted already: a bound for the parts it validates)
+                side = (before_write(batch, batch_id, counts[0]) if before_write else None) or {}
                 clock.lap("before_write")
                 for route, out, rows in zip(routes, outs, counts[1:], strict=True):
                     if rows:  # (an empty route: no write job, no Delta transaction)
