@@ -53,6 +53,99 @@ def test_a_table_whose_creation_was_killed_before_its_commit_is_created(spark, s
     assert not (log / ".00000000000000000000.json.0b1c.tmp").exists()
 
 
+def _creation(path: Path) -> list[dict]:
+    """Version 0's actions of the table at ``path``, without what differs from one creation to
+    the next (times, ids, the engine's name)."""
+    import json
+
+    actions = [json.loads(line) for line in (path / "_delta_log" / f"{0:020d}.json").open()]
+    for action in actions:
+        for kind, drop in (
+            ("commitInfo", ("timestamp", "txnId", "engineInfo")),
+            ("metaData", ("id", "createdTime")),
+        ):
+            for key in drop:
+                action.get(kind, {}).pop(key, None)
+    return sorted(actions, key=lambda a: next(iter(a)))
+
+
+def test_a_table_created_without_spark_is_the_one_delta_spark_creates(spark, store, tmp_path):
+    """A new table's first commit is written by the store itself, without a Spark job: the
+    same actions as delta-spark's CREATE TABLE (protocol, schema, partitions, the session's
+    default properties), and Spark writes and reads it. A schema that needs a table feature
+    (a timestamp without time zone) is left to delta-spark."""
+    from delta.tables import DeltaTable as SparkDeltaTable
+    from pyspark.sql.types import (
+        ArrayType,
+        DateType,
+        DecimalType,
+        DoubleType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampNTZType,
+        TimestampType,
+    )
+
+    schema = StructType(
+        [
+            StructField("id", LongType(), nullable=False),
+            StructField("at", TimestampType()),
+            StructField("day", DateType()),
+            StructField("amount", DecimalType(12, 2)),
+            StructField("tags", ArrayType(StringType())),
+            StructField("pages", MapType(StringType(), DoubleType())),
+            StructField("user", StructType([StructField("name", StringType())])),
+        ]
+    )
+    assert store.create("gold.made_here", schema, ["day"]) is True
+    by_spark = tmp_path / "by_spark"
+    SparkDeltaTable.createIfNotExists(spark).location(str(by_spark)).addColumns(
+        schema
+    ).partitionedBy("day").execute()
+    made_here = store.path("gold.made_here")
+    assert _creation(made_here) == _creation(by_spark)
+    assert _engine(made_here) == "lakehouse"  # (not a Spark job)
+    # nothing else left in the log (the commit's partial file is gone)
+    assert sorted(p.name for p in (made_here / "_delta_log").iterdir()) == [f"{0:020d}.json"]
+    assert store.create("gold.made_here", schema, ["day"]) is False
+
+    row = spark.sql(
+        "SELECT 7L AS id, TIMESTAMP'2026-11-28 10:00:00' AS at, DATE'2026-11-28' AS day,"
+        " CAST(3.25 AS DECIMAL(12,2)) AS amount, array('a') AS tags, map('home', 1.5D) AS pages,"
+        " named_struct('name', 'ann') AS user"
+    )
+    store.write(row, "gold.made_here")
+    assert [r.asDict(recursive=True) for r in store.read("gold.made_here").collect()] == [
+        r.asDict(recursive=True) for r in row.collect()
+    ]
+
+    ntz = StructType([StructField("at", TimestampNTZType())])
+    assert store.create("gold.ntz", ntz) is True
+    [protocol] = [a["protocol"] for a in _creation(store.path("gold.ntz")) if "protocol" in a]
+    assert "timestampNtz" in protocol.get("writerFeatures", []), protocol
+    assert _creation(store.path("gold.ntz")) == _creation_by_spark(spark, tmp_path / "ntz", ntz)
+    assert _engine(store.path("gold.ntz")).startswith("Apache-Spark/")
+
+
+def _engine(path: Path) -> str:
+    import json
+
+    with (path / "_delta_log" / f"{0:020d}.json").open() as log:
+        return next(
+            json.loads(line)["commitInfo"]["engineInfo"] for line in log if "commitInfo" in line
+        )
+
+
+def _creation_by_spark(spark, path: Path, schema) -> list[dict]:
+    from delta.tables import DeltaTable as SparkDeltaTable
+
+    SparkDeltaTable.createIfNotExists(spark).location(str(path)).addColumns(schema).execute()
+    return _creation(path)
+
+
 def test_a_creation_in_progress_in_another_process_is_waited_for(spark, store):
     """Another process is creating bronze.racing: it holds the table's creation lock, the log
     folder is made and has no version yet. A creation here waits for it, instead of taking

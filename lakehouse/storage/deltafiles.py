@@ -118,6 +118,104 @@ def remove_uncommitted_log(root: str | Path) -> bool:
     return True
 
 
+# Table properties that delta-spark's CREATE TABLE copies from the session's
+# ``spark.databricks.delta.properties.defaults.*`` as they are, needing no table feature.
+PLAIN_PROPERTIES = frozenset(
+    {
+        "checkpointInterval",
+        "checkpointRetentionDuration",
+        "deletedFileRetentionDuration",
+        "logRetentionDuration",
+    }
+)
+# Delta's types that need no table feature (a ``decimal(p,s)`` among them)
+_PLAIN_TYPES = frozenset(
+    {"string", "long", "integer", "short", "byte", "float", "double", "boolean", "binary"}
+    | {"date", "timestamp"}
+)
+
+
+def plain_schema(schema: Any) -> bool:
+    """Whether a Spark schema (its JSON, as ``StructType.jsonValue()`` gives it) needs no table
+    feature: no column metadata (defaults, identity, generated columns, collations), no
+    timestamp without time zone, no variant."""
+    if isinstance(schema, str):
+        return schema in _PLAIN_TYPES or schema.startswith("decimal(")
+    kind = schema.get("type")
+    if kind == "struct":
+        return all(
+            not field.get("metadata") and plain_schema(field["type"]) for field in schema["fields"]
+        )
+    if kind == "array":
+        return plain_schema(schema["elementType"])
+    if kind == "map":
+        return plain_schema(schema["keyType"]) and plain_schema(schema["valueType"])
+    return False
+
+
+def create_empty(
+    root: str | Path,
+    schema: dict[str, Any],
+    partition_by: Sequence[str] = (),
+    properties: dict[str, str] | None = None,
+) -> bool:
+    """Commit version 0 of an empty Delta table at ``root``: the actions delta-spark's CREATE
+    TABLE commits for a table of a :func:`plain_schema` and :data:`PLAIN_PROPERTIES` (protocol
+    1, 2; the schema in Spark's own JSON), written without a Spark job, in a millisecond (a
+    Spark creation took 0.25 to 0.45 s in a warm session). The commit file appears whole or not
+    at all, and never over another's (a link, which fails where the name exists: Delta's own
+    rule for a local log). False when version 0 exists already."""
+    import json
+    import time
+    import uuid
+
+    properties = dict(properties or {})
+    now = int(time.time() * 1000)
+    actions = [
+        {
+            "commitInfo": {
+                "timestamp": now,
+                "operation": "CREATE TABLE",
+                "operationParameters": {
+                    "partitionBy": json.dumps(list(partition_by)),
+                    "clusterBy": "[]",
+                    "description": None,
+                    "isManaged": "false",
+                    "properties": json.dumps(properties, separators=(",", ":")),
+                },
+                "isolationLevel": "Serializable",
+                "isBlindAppend": True,
+                "operationMetrics": {},
+                "engineInfo": "lakehouse",
+                "txnId": str(uuid.uuid4()),
+            }
+        },
+        {
+            "metaData": {
+                "id": str(uuid.uuid4()),
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps(schema, separators=(",", ":")),
+                "partitionColumns": list(partition_by),
+                "configuration": properties,
+                "createdTime": now,
+            }
+        },
+        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+    ]
+    d = log_dir(root)
+    d.mkdir(parents=True, exist_ok=True)
+    final = d / f"{0:020d}.json"
+    partial = d / f".{final.name}.{uuid.uuid4().hex}.tmp"
+    partial.write_text("".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions))
+    try:
+        os.link(partial, final)
+    except FileExistsError:
+        return False
+    finally:
+        partial.unlink()
+    return True
+
+
 def latest_version(root: str | Path) -> int:
     """Newest committed version, from the log's file names (cheap: no log replay)."""
     d = log_dir(root)

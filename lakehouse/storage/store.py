@@ -655,13 +655,37 @@ class TableStore:
                 return False
             if dfiles.remove_uncommitted_log(self.path(name)):
                 log.info("table %s: removed the log of a creation killed before its commit", name)
-            builder = DeltaTable.createIfNotExists(self.spark).location(str(self.path(name)))
-            builder = builder.addColumns(schema)
-            if partition_by:
-                builder = builder.partitionedBy(*partition_by)
-            builder.execute()
+            properties = self._creation_properties()
+            fields = schema.jsonValue()
+            if properties is not None and dfiles.plain_schema(fields):
+                dfiles.create_empty(self.path(name), fields, partition_by, properties)
+            else:
+                builder = DeltaTable.createIfNotExists(self.spark).location(str(self.path(name)))
+                builder = builder.addColumns(schema)
+                if partition_by:
+                    builder = builder.partitionedBy(*partition_by)
+                builder.execute()
             self._register_created(name)
         return True
+
+    def _creation_properties(self) -> dict[str, str] | None:
+        """The table properties delta-spark would give a table created in this session (from
+        its ``spark.databricks.delta.properties.defaults.*``), when they are all
+        :data:`~lakehouse.storage.deltafiles.PLAIN_PROPERTIES` and no conf sets a protocol or
+        table feature; else None (delta-spark creates the table). Read once per store."""
+        if not hasattr(self, "_properties"):
+            defaults = "spark.databricks.delta.properties.defaults."
+            properties: dict[str, str] | None = {}
+            for key, value in self.spark.conf.getAll.items():
+                if key.startswith(defaults) and key[len(defaults) :] in dfiles.PLAIN_PROPERTIES:
+                    properties[f"delta.{key[len(defaults) :]}"] = value
+                elif key.startswith((defaults, "spark.databricks.delta.protocol.")) or (
+                    key.startswith("spark.databricks.delta.") and "feature" in key.lower()
+                ):
+                    properties = None
+                    break
+            self._properties = properties
+        return self._properties
 
     def upsert(
         self,
