@@ -4,6 +4,7 @@ per batch that read rows), a report per flow, and a row per flow in ops.runs."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import threading
 import time
@@ -59,18 +60,36 @@ def progress_listener(spark: SparkSession, out: TextIO, recorder: ProgressRecord
             self.ended: set[str] = set()  # run ids of the queries that terminated
             self.lock = threading.Condition()
 
+        @property
+        def _jlistener(self):
+            # what Spark calls: PySpark's own wrapper turns each progress into Python objects
+            # call by call through py4j (a hundred calls and more for a stateful query), which
+            # the listener's thread paid for every micro-batch of every query; JsonListener asks
+            # for the progress's JSON, one call
+            from pyspark import SparkContext
+
+            if not hasattr(self, "_jlistenerobj"):
+                jvm = SparkContext._jvm
+                self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(JsonListener(self))
+            return self._jlistenerobj
+
         def onQueryStarted(self, event):
             pass
 
         def onQueryProgress(self, event):
-            p = event.progress
-            if p.name and p.name.endswith(RECOUNT):  # recorded by the recount itself
+            self.on_progress(json.loads(event.progress.json))
+
+        def on_progress(self, p: dict) -> None:
+            """One micro-batch's progress, as Spark's JSON gives it."""
+            name = p.get("name") or ""
+            if name.endswith(RECOUNT):  # recorded by the recount itself
                 return
-            self.recorder.on_progress(p.json)
-            if p.numInputRows:
+            self.recorder.record_progress(p)
+            if p.get("numInputRows"):
+                rate = p.get("processedRowsPerSecond", float("nan"))  # left out when infinite
                 print(
-                    f"{p.name} batch {p.batchId}: {p.numInputRows:,} rows in "
-                    f"{p.batchDuration / 1000:.1f} s ({p.processedRowsPerSecond:,.0f} rows/s)",
+                    f"{name} batch {p['batchId']}: {p['numInputRows']:,} rows in "
+                    f"{p['batchDuration'] / 1000:.1f} s ({rate:,.0f} rows/s)",
                     file=self.out,
                     flush=True,
                 )
@@ -79,8 +98,11 @@ def progress_listener(spark: SparkSession, out: TextIO, recorder: ProgressRecord
             pass
 
         def onQueryTerminated(self, event):
+            self.on_terminated(str(event.runId))
+
+        def on_terminated(self, run_id: str) -> None:
             with self.lock:
-                self.ended.add(str(event.runId))
+                self.ended.add(run_id)
                 self.lock.notify_all()
 
         def wait_for(self, run_id: str, timeout: float = 30.0) -> bool:
@@ -93,6 +115,30 @@ def progress_listener(spark: SparkSession, out: TextIO, recorder: ProgressRecord
     spark.streams.addListener(printer)
     spark._lakehouse_progress = printer
     return printer
+
+
+class JsonListener:
+    """Spark's streaming query listener interface, implemented through py4j for a
+    ``Printer``: a progress event reaches it as the progress's JSON (one call to the JVM), a
+    termination as its run id; the other events are not needed."""
+
+    def __init__(self, printer) -> None:
+        self.printer = printer
+
+    def onQueryStarted(self, jevent) -> None:
+        pass
+
+    def onQueryProgress(self, jevent) -> None:
+        self.printer.on_progress(json.loads(jevent.progress().json()))
+
+    def onQueryIdle(self, jevent) -> None:
+        pass
+
+    def onQueryTerminated(self, jevent) -> None:
+        self.printer.on_terminated(jevent.runId().toString())
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
 
 def drops(progress: list[dict]) -> Drops:

@@ -185,9 +185,10 @@ class ProgressRecorder:
             dfiles.append_rows(self.completeness, COMPLETENESS_SCHEMA, rows)
             self.last_mark[flow] = rows[0]["complete_through"]
 
-    def on_progress(self, progress_json: str) -> None:
+    def record_progress(self, progress: dict) -> None:
+        """Record one progress (Spark's JSON of it, parsed); never raises."""
         try:
-            self.record(json.loads(progress_json))
+            self.record(progress)
         except Exception as exc:  # monitoring must never break a flow
             log.warning("could not record stream progress in %s: %s", TABLE, exc)
 
