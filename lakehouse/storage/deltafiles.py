@@ -135,6 +135,25 @@ _PLAIN_TYPES = frozenset(
 )
 
 
+# the file size bins of delta-spark's checksum file (its ``FileSizeHistogram``'s default)
+# fmt: off
+_SIZE_BINS = (
+    0, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576, 2097152, 4194304,
+    8388608, 12582912, 16777216, 20971520, 25165824, 29360128, 33554432, 37748736, 41943040,
+    50331648, 58720256, 67108864, 75497472, 83886080, 92274688, 100663296, 109051904,
+    117440512, 125829120, 130023424, 134217728, 138412032, 142606336, 146800640, 150994944,
+    167772160, 184549376, 201326592, 218103808, 234881024, 251658240, 268435456, 285212672,
+    301989888, 318767104, 335544320, 352321536, 369098752, 385875968, 402653184, 419430400,
+    436207616, 452984832, 469762048, 486539264, 503316480, 520093696, 536870912, 553648128,
+    570425344, 587202560, 603979776, 671088640, 738197504, 805306368, 872415232, 939524096,
+    1006632960, 1073741824, 1140850688, 1207959552, 1275068416, 1342177280, 1409286144,
+    1476395008, 1610612736, 1744830464, 1879048192, 2013265920, 2147483648, 2415919104,
+    2684354560, 2952790016, 3221225472, 3489660928, 3758096384, 4026531840, 4294967296,
+    8589934592, 17179869184, 34359738368, 68719476736, 137438953472, 274877906944,
+)
+# fmt: on
+
+
 def plain_schema(schema: Any) -> bool:
     """Whether a Spark schema (its JSON, as ``StructType.jsonValue()`` gives it) needs no table
     feature: no column metadata (defaults, identity, generated columns, collations), no
@@ -213,6 +232,28 @@ def create_empty(
         return False
     finally:
         partial.unlink()
+    # the version's checksum, as delta-spark writes it after its commit: without it the
+    # table's first append rebuilt the table's state to write its own (0.8 s against 0.18 s)
+    checksum = {
+        "txnId": actions[0]["commitInfo"]["txnId"],
+        "tableSizeBytes": 0,
+        "numFiles": 0,
+        "numMetadata": 1,
+        "numProtocol": 1,
+        "setTransactions": [],
+        "domainMetadata": [],
+        "metadata": actions[1]["metaData"],
+        "protocol": actions[2]["protocol"],
+        "fileSizeHistogram": {
+            "sortedBinBoundaries": list(_SIZE_BINS),
+            "fileCounts": [0] * len(_SIZE_BINS),
+            "totalBytes": [0] * len(_SIZE_BINS),
+        },
+        "allFiles": [],
+    }
+    partial = d / f".{0:020d}.crc.{uuid.uuid4().hex}.tmp"
+    partial.write_text(json.dumps(checksum, separators=(",", ":")))
+    os.replace(partial, d / f"{0:020d}.crc")
     return True
 
 
