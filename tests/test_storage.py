@@ -64,8 +64,9 @@ def _creation(path: Path) -> list[dict]:
             ("commitInfo", ("timestamp", "txnId", "engineInfo")),
             ("metaData", ("id", "createdTime")),
         ):
-            for key in drop:
-                action.get(kind, {}).pop(key, None)
+            if kind in action:
+                for key in drop:
+                    del action[kind][key]
     return sorted(actions, key=lambda a: next(iter(a)))
 
 
@@ -98,13 +99,14 @@ def test_a_table_created_without_spark_is_the_one_delta_spark_creates(spark, sto
             StructField("tags", ArrayType(StringType())),
             StructField("pages", MapType(StringType(), DoubleType())),
             StructField("user", StructType([StructField("name", StringType())])),
+            StructField("country", StringType()),
         ]
     )
-    assert store.create("gold.made_here", schema, ["day"]) is True
+    assert store.create("gold.made_here", schema, ["day", "country"]) is True
     by_spark = tmp_path / "by_spark"
     SparkDeltaTable.createIfNotExists(spark).location(str(by_spark)).addColumns(
         schema
-    ).partitionedBy("day").execute()
+    ).partitionedBy("day", "country").execute()
     made_here = store.path("gold.made_here")
     assert _creation(made_here) == _creation(by_spark)
     assert _checksum(made_here) == _checksum(by_spark)  # (without it a first append is slow)
@@ -114,12 +116,12 @@ def test_a_table_created_without_spark_is_the_one_delta_spark_creates(spark, sto
         f"{0:020d}.crc",
         f"{0:020d}.json",
     ]
-    assert store.create("gold.made_here", schema, ["day"]) is False
+    assert store.create("gold.made_here", schema, ["day", "country"]) is False
 
     row = spark.sql(
         "SELECT 7L AS id, TIMESTAMP'2026-11-28 10:00:00' AS at, DATE'2026-11-28' AS day,"
         " CAST(3.25 AS DECIMAL(12,2)) AS amount, array('a') AS tags, map('home', 1.5D) AS pages,"
-        " named_struct('name', 'ann') AS user"
+        " named_struct('name', 'ann') AS user, 'NZ' AS country"
     )
     store.write(row, "gold.made_here")
     assert [r.asDict(recursive=True) for r in store.read("gold.made_here").collect()] == [
@@ -132,6 +134,33 @@ def test_a_table_created_without_spark_is_the_one_delta_spark_creates(spark, sto
     assert "timestampNtz" in protocol.get("writerFeatures", []), protocol
     assert _creation(store.path("gold.ntz")) == _creation_by_spark(spark, tmp_path / "ntz", ntz)
     assert _engine(store.path("gold.ntz")).startswith("Apache-Spark/")
+
+    # what delta-spark refuses is refused, by delta-spark: nothing is left on disk
+    with pytest.raises(Exception, match="nowhere"):
+        store.create("gold.refused", ntz, ["nowhere"])
+    assert not store.exists("gold.refused")
+
+
+def test_a_session_default_that_needs_a_table_feature_leaves_the_creation_to_delta_spark(
+    spark, settings
+):
+    """A session whose default table properties need a table feature (deletion vectors here)
+    gets its tables from delta-spark, with that feature."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from lakehouse.storage import table_store
+
+    key = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
+    spark.conf.set(key, "true")
+    try:
+        store = table_store(spark, settings)
+        assert store.create("gold.vectors", StructType([StructField("n", LongType())])) is True
+    finally:
+        spark.conf.unset(key)
+    path = store.path("gold.vectors")
+    [protocol] = [a["protocol"] for a in _creation(path) if "protocol" in a]
+    assert "deletionVectors" in protocol["writerFeatures"], protocol
+    assert _engine(path).startswith("Apache-Spark/")
 
 
 def _checksum(path: Path) -> dict:

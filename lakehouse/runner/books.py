@@ -86,7 +86,9 @@ def progress_listener(spark: SparkSession, out: TextIO, recorder: ProgressRecord
                 return
             self.recorder.record_progress(p)
             if p.get("numInputRows"):
-                rate = p.get("processedRowsPerSecond", float("nan"))  # left out when infinite
+                rate = p.get(
+                    "processedRowsPerSecond", float("nan")
+                )  # left out when NaN or infinite
                 print(
                     f"{name} batch {p['batchId']}: {p['numInputRows']:,} rows in "
                     f"{p['batchDuration'] / 1000:.1f} s ({rate:,.0f} rows/s)",

@@ -154,21 +154,49 @@ _SIZE_BINS = (
 # fmt: on
 
 
-def plain_schema(schema: Any) -> bool:
-    """Whether a Spark schema (its JSON, as ``StructType.jsonValue()`` gives it) needs no table
-    feature: no column metadata (defaults, identity, generated columns, collations), no
-    timestamp without time zone, no variant."""
-    if isinstance(schema, str):
-        return schema in _PLAIN_TYPES or schema.startswith("decimal(")
-    kind = schema.get("type")
-    if kind == "struct":
+# characters delta-spark refuses in a column name (without column mapping)
+_BAD_NAME = frozenset(" ,;{}()\n\t=")
+
+
+def plain_table(schema: dict[str, Any], partition_by: Sequence[str] = ()) -> bool:
+    """Whether delta-spark's CREATE TABLE would commit this schema (its JSON, as
+    ``StructType.jsonValue()`` gives it) and these partition columns as they are, needing no
+    table feature and refusing nothing: at least one column; names unique whatever their case
+    at each level, without the characters Delta refuses; no column metadata (defaults,
+    identity, generated columns, collations); no timestamp without time zone, no variant; no
+    NOT NULL inside an array or a map; partition columns that are distinct top-level columns
+    of a simple type. Anything else is left to delta-spark, which creates or refuses it."""
+    fields = schema.get("fields") or []
+    simple = {f["name"]: isinstance(f["type"], str) and f["type"] != "binary" for f in fields}
+    if not fields or len(set(partition_by)) != len(partition_by):
+        return False
+    return all(simple.get(c) for c in partition_by) and _plain_type(schema, inside=False)
+
+
+def _plain_type(kind: Any, inside: bool) -> bool:
+    """``inside``: within an array or a map, where delta-spark refuses NOT NULL."""
+    if isinstance(kind, str):
+        return kind in _PLAIN_TYPES or kind.startswith("decimal(")
+    name = kind.get("type")
+    if name == "struct":
+        fields = kind["fields"]
+        if len({f["name"].lower() for f in fields}) != len(fields):
+            return False
         return all(
-            not field.get("metadata") and plain_schema(field["type"]) for field in schema["fields"]
+            not field.get("metadata")
+            and not _BAD_NAME & set(field["name"])
+            and (field.get("nullable", True) or not inside)
+            and _plain_type(field["type"], inside)
+            for field in fields
         )
-    if kind == "array":
-        return plain_schema(schema["elementType"])
-    if kind == "map":
-        return plain_schema(schema["keyType"]) and plain_schema(schema["valueType"])
+    if name == "array":
+        return kind.get("containsNull", True) and _plain_type(kind["elementType"], True)
+    if name == "map":
+        return (
+            kind.get("valueContainsNull", True)
+            and _plain_type(kind["keyType"], True)
+            and _plain_type(kind["valueType"], True)
+        )
     return False
 
 
@@ -177,13 +205,14 @@ def create_empty(
     schema: dict[str, Any],
     partition_by: Sequence[str] = (),
     properties: dict[str, str] | None = None,
-) -> bool:
+) -> bool | None:
     """Commit version 0 of an empty Delta table at ``root``: the actions delta-spark's CREATE
-    TABLE commits for a table of a :func:`plain_schema` and :data:`PLAIN_PROPERTIES` (protocol
+    TABLE commits for a :func:`plain_table` with :data:`PLAIN_PROPERTIES` (protocol
     1, 2; the schema in Spark's own JSON), written without a Spark job, in a millisecond (a
     Spark creation took 0.25 to 0.45 s in a warm session). The commit file appears whole or not
     at all, and never over another's (a link, which fails where the name exists: Delta's own
-    rule for a local log). False when version 0 exists already."""
+    rule for a local log). False when version 0 exists already; None when the file system
+    cannot link (nothing written: delta-spark, whose log store renames, creates the table)."""
     import json
     import time
     import uuid
@@ -196,7 +225,7 @@ def create_empty(
                 "timestamp": now,
                 "operation": "CREATE TABLE",
                 "operationParameters": {
-                    "partitionBy": json.dumps(list(partition_by)),
+                    "partitionBy": json.dumps(list(partition_by), separators=(",", ":")),
                     "clusterBy": "[]",
                     "description": None,
                     "isManaged": "false",
@@ -230,6 +259,8 @@ def create_empty(
         os.link(partial, final)
     except FileExistsError:
         return False
+    except OSError:
+        return None
     finally:
         partial.unlink()
     # the version's checksum, as delta-spark writes it after its commit: without it the
@@ -252,8 +283,11 @@ def create_empty(
         "allFiles": [],
     }
     partial = d / f".{0:020d}.crc.{uuid.uuid4().hex}.tmp"
-    partial.write_text(json.dumps(checksum, separators=(",", ":")))
-    os.replace(partial, d / f"{0:020d}.crc")
+    try:  # committed already: a checksum not written costs the first append time, no more
+        partial.write_text(json.dumps(checksum, separators=(",", ":")))
+        os.replace(partial, d / f"{0:020d}.crc")
+    except OSError:
+        partial.unlink(missing_ok=True)
     return True
 
 

@@ -657,22 +657,25 @@ class TableStore:
                 log.info("table %s: removed the log of a creation killed before its commit", name)
             properties = self._creation_properties()
             fields = schema.jsonValue()
-            if properties is not None and dfiles.plain_schema(fields):
-                dfiles.create_empty(self.path(name), fields, partition_by, properties)
-            else:
+            created = None
+            if properties is not None and dfiles.plain_table(fields, partition_by):
+                created = dfiles.create_empty(self.path(name), fields, partition_by, properties)
+            if created is None:
                 builder = DeltaTable.createIfNotExists(self.spark).location(str(self.path(name)))
                 builder = builder.addColumns(schema)
                 if partition_by:
                     builder = builder.partitionedBy(*partition_by)
                 builder.execute()
+                created = True
             self._register_created(name)
-        return True
+        return created
 
     def _creation_properties(self) -> dict[str, str] | None:
         """The table properties delta-spark would give a table created in this session (from
         its ``spark.databricks.delta.properties.defaults.*``), when they are all
         :data:`~lakehouse.storage.deltafiles.PLAIN_PROPERTIES` and no conf sets a protocol or
-        table feature; else None (delta-spark creates the table). Read once per store."""
+        table feature; else None (delta-spark creates the table). Read once per store: a
+        conf set on the session later is seen by the next run's store."""
         if not hasattr(self, "_properties"):
             defaults = "spark.databricks.delta.properties.defaults."
             properties: dict[str, str] | None = {}
