@@ -75,7 +75,6 @@ def test_a_table_created_without_spark_is_the_one_delta_spark_creates(spark, sto
     same actions as delta-spark's CREATE TABLE (protocol, schema, partitions, the session's
     default properties), and Spark writes and reads it. A schema that needs a table feature
     (a timestamp without time zone) is left to delta-spark."""
-    from delta.tables import DeltaTable as SparkDeltaTable
     from pyspark.sql.types import (
         ArrayType,
         DateType,
@@ -104,11 +103,8 @@ def test_a_table_created_without_spark_is_the_one_delta_spark_creates(spark, sto
     )
     assert store.create("gold.made_here", schema, ["day", "country"]) is True
     by_spark = tmp_path / "by_spark"
-    SparkDeltaTable.createIfNotExists(spark).location(str(by_spark)).addColumns(
-        schema
-    ).partitionedBy("day", "country").execute()
     made_here = store.path("gold.made_here")
-    assert _creation(made_here) == _creation(by_spark)
+    assert _creation(made_here) == _creation_by_spark(spark, by_spark, schema, ["day", "country"])
     assert _checksum(made_here) == _checksum(by_spark)  # (without it a first append is slow)
     assert _engine(made_here) == "lakehouse"  # (not a Spark job)
     # nothing else left in the log (the partial files are gone)
@@ -181,10 +177,14 @@ def _engine(path: Path) -> str:
         )
 
 
-def _creation_by_spark(spark, path: Path, schema) -> list[dict]:
+def _creation_by_spark(spark, path: Path, schema, partition_by=()) -> list[dict]:
+    """:func:`_creation` of the table delta-spark's CREATE TABLE makes at ``path``."""
     from delta.tables import DeltaTable as SparkDeltaTable
 
-    SparkDeltaTable.createIfNotExists(spark).location(str(path)).addColumns(schema).execute()
+    builder = SparkDeltaTable.createIfNotExists(spark).location(str(path)).addColumns(schema)
+    if partition_by:
+        builder = builder.partitionedBy(*partition_by)
+    builder.execute()
     return _creation(path)
 
 

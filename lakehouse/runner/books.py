@@ -46,14 +46,18 @@ def progress_listener(spark: SparkSession, out: TextIO, recorder: ProgressRecord
     ops.stream_progress and prints one line per micro-batch that read rows. It stays
     registered: removing it while Spark still delivers the last events races with the
     delivery; the session's stop drains them."""
-    from pyspark.sql.streaming import StreamingQueryListener
-
     registered = getattr(spark, "_lakehouse_progress", None)
     if registered is not None:
         registered.out, registered.recorder = out, recorder
         return registered
 
-    class Printer(StreamingQueryListener):
+    class Printer:
+        """Spark's streaming query listener interface, implemented through py4j. Not
+        PySpark's ``StreamingQueryListener``, whose wrapper turns each progress into Python
+        objects call by call through py4j (a hundred calls and more for a stateful query, on
+        the listener's thread, every micro-batch of every query): a progress comes here as
+        its JSON, one call."""
+
         def __init__(self):
             self.out = out
             self.recorder = recorder
@@ -62,33 +66,26 @@ def progress_listener(spark: SparkSession, out: TextIO, recorder: ProgressRecord
 
         @property
         def _jlistener(self):
-            # what Spark calls: PySpark's own wrapper turns each progress into Python objects
-            # call by call through py4j (a hundred calls and more for a stateful query), which
-            # the listener's thread paid for every micro-batch of every query; JsonListener asks
-            # for the progress's JSON, one call
+            """What ``StreamingQueryManager.addListener`` registers with Spark."""
             from pyspark import SparkContext
 
             if not hasattr(self, "_jlistenerobj"):
                 jvm = SparkContext._jvm
-                self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(JsonListener(self))
+                self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(self)
             return self._jlistenerobj
 
-        def onQueryStarted(self, event):
+        def onQueryStarted(self, jevent):
             pass
 
-        def onQueryProgress(self, event):
-            self.on_progress(json.loads(event.progress.json))
-
-        def on_progress(self, p: dict) -> None:
-            """One micro-batch's progress, as Spark's JSON gives it."""
+        def onQueryProgress(self, jevent):
+            p = json.loads(jevent.progress().json())
             name = p.get("name") or ""
             if name.endswith(RECOUNT):  # recorded by the recount itself
                 return
             self.recorder.record_progress(p)
             if p.get("numInputRows"):
-                rate = p.get(
-                    "processedRowsPerSecond", float("nan")
-                )  # left out when NaN or infinite
+                # (Spark's JSON leaves a NaN or infinite rate out)
+                rate = p.get("processedRowsPerSecond", float("nan"))
                 print(
                     f"{name} batch {p['batchId']}: {p['numInputRows']:,} rows in "
                     f"{p['batchDuration'] / 1000:.1f} s ({rate:,.0f} rows/s)",
@@ -96,15 +93,12 @@ def progress_listener(spark: SparkSession, out: TextIO, recorder: ProgressRecord
                     flush=True,
                 )
 
-        def onQueryIdle(self, event):
+        def onQueryIdle(self, jevent):
             pass
 
-        def onQueryTerminated(self, event):
-            self.on_terminated(str(event.runId))
-
-        def on_terminated(self, run_id: str) -> None:
+        def onQueryTerminated(self, jevent):
             with self.lock:
-                self.ended.add(run_id)
+                self.ended.add(jevent.runId().toString())
                 self.lock.notify_all()
 
         def wait_for(self, run_id: str, timeout: float = 30.0) -> bool:
@@ -113,34 +107,13 @@ def progress_listener(spark: SparkSession, out: TextIO, recorder: ProgressRecord
             with self.lock:
                 return self.lock.wait_for(lambda: run_id in self.ended, timeout)
 
+        class Java:
+            implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
     printer = Printer()
     spark.streams.addListener(printer)
     spark._lakehouse_progress = printer
     return printer
-
-
-class JsonListener:
-    """Spark's streaming query listener interface, implemented through py4j for a
-    ``Printer``: a progress event reaches it as the progress's JSON (one call to the JVM), a
-    termination as its run id; the other events are not needed."""
-
-    def __init__(self, printer) -> None:
-        self.printer = printer
-
-    def onQueryStarted(self, jevent) -> None:
-        pass
-
-    def onQueryProgress(self, jevent) -> None:
-        self.printer.on_progress(json.loads(jevent.progress().json()))
-
-    def onQueryIdle(self, jevent) -> None:
-        pass
-
-    def onQueryTerminated(self, jevent) -> None:
-        self.printer.on_terminated(jevent.runId().toString())
-
-    class Java:
-        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
 
 def drops(progress: list[dict]) -> Drops:
