@@ -85,6 +85,11 @@ def session_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
         conf["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] = str(
             store.changelog_checkpointing
         ).lower()
+        # A stream-stream join keeps its state in one RocksDB store per partition (column
+        # families) instead of four (Spark's version 2): a fresh query's micro-batch opens,
+        # loads and commits a quarter of the stores. A query keeps the version its checkpoint
+        # recorded at its first batch, so a checkpoint written before goes on with version 2.
+        conf["spark.sql.streaming.join.stateFormatVersion"] = "3"
     if settings.master.startswith("local"):
         # A single machine: keep the driver on loopback so a laptop's VPN cannot break it, and
         # run Python workers with this interpreter (the one that has the project installed).

@@ -18,6 +18,9 @@ def test_session_conf_from_settings(settings):
     assert conf["spark.sql.shuffle.partitions"] == "7"
     assert conf["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
     assert conf["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] == "true"
+    assert conf["spark.sql.streaming.join.stateFormatVersion"] == "3"
+    hdfs = session_conf(settings.with_overrides({"state_store.provider": "hdfs"}))
+    assert "spark.sql.streaming.join.stateFormatVersion" not in hdfs  # (RocksDB's only)
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from lakehouse.tools import generate as gen
 from silver import events
 
 FLOWS = layer_flows("silver")
+JOIN_STORES = ("keyToNumValues", "keyWithIndexToValue")
 
 UTC = dt.UTC
 T = dt.datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
@@ -463,19 +464,51 @@ def _clk(click_id, impression_id, minute, second=0):
     )
 
 
-def test_ad_attribution_joins_within_the_hour_and_emits_unmatched_once(spark, settings, store):
+def _join_state(checkpoint: Path) -> tuple[str, list[str]]:
+    """The join state format a checkpoint's last batch ran with, and the named state stores
+    in its operators' first partition (a store of the default name keeps its files in the
+    partition's own folder, beside RocksDB's ``SSTs`` and ``_metadata``)."""
+    offsets = max(checkpoint.glob("offsets/[0-9]*"), key=lambda p: int(p.name))
+    conf = json.loads(offsets.read_text().split("\n")[1])["conf"]
+    stores = sorted(
+        p.name
+        for p in checkpoint.glob("state/*/0/*")
+        if p.is_dir() and p.name not in ("SSTs", "_metadata")
+    )
+    return conf["spark.sql.streaming.join.stateFormatVersion"], stores
+
+
+@pytest.mark.parametrize("first_format", [None, "2"], ids=["fresh", "checkpoint_of_version_2"])
+def test_ad_attribution_joins_within_the_hour_and_emits_unmatched_once(
+    spark, settings, store, first_format
+):
     """Impressions at 10:00; a click at exactly 11:00 joins, one at 11:00:01 never does. The
     unclicked impressions come out with null click columns only once both watermarks (2 h and
-    3 h behind the latest times) are past 11:00: not in the first run, once in the second."""
+    3 h behind the latest times) are past 11:00: not in the first run, once in the second.
+    A fresh query keeps the join's state in one store per partition (Spark's format 3); a
+    checkpoint whose first run had the four stores of format 2 (an upgrade of the project)
+    goes on with them, to the same rows."""
     flow = next(f for f in FLOWS if f.name == "silver.ad_attribution")
     for source in ("impressions", "clicks"):
         store.create(f"bronze.{source}", table_schema(source))
+    key = "spark.sql.streaming.join.stateFormatVersion"
+    session_format = spark.conf.get(key)
+    assert session_format == "3"
 
     def deliver(impressions, clicks):
         for source, rows in (("impressions", impressions), ("clicks", clicks)):
             df = spark.createDataFrame(rows, table_schema(source)).coalesce(1)
             store.write(df, f"bronze.{source}")
-        return _silver(spark, settings, flow)
+        if first_format is None or deliver.runs:
+            return _silver(spark, settings, flow)
+        deliver.runs += 1
+        spark.conf.set(key, first_format)
+        try:
+            return _silver(spark, settings, flow)
+        finally:
+            spark.conf.set(key, session_format)
+
+    deliver.runs = 0
 
     def attributed():
         return sorted(
@@ -523,6 +556,12 @@ def test_ad_attribution_joins_within_the_hour_and_emits_unmatched_once(spark, se
         **{(2, name): (1, 0, True) for name in impressions + clicks},  # 1: no data
     }
     assert got == expected_results
+    recorded, stores = _join_state(settings.checkpoint_path("silver", "ad_attribution"))
+    if first_format is None:
+        assert (recorded, stores) == ("3", [])
+    else:
+        four = [f"{side}-{kind}" for side in ("left", "right") for kind in JOIN_STORES]
+        assert (recorded, stores) == ("2", sorted(four))
 
 
 @pytest.mark.slow
