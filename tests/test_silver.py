@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from bronze.sources import table_schema
+from lakehouse.ops.state import state_health
 from lakehouse.progress import Progress
 from lakehouse.quality import Rule, RuleError, enforce_fail_rules, load_rules
 from lakehouse.runner import FlowFailed, layer_flows, run_flows
@@ -556,6 +557,13 @@ def test_ad_attribution_joins_within_the_hour_and_emits_unmatched_once(
         **{(2, name): (1, 0, True) for name in impressions + clicks},  # 1: no data
     }
     assert got == expected_results
+    # the join's state, as `lakehouse state` shows it: the impression and the click of 15:00
+    # (those of 10:00 and 11:00 are behind the watermarks), whatever the format
+    health = state_health(spark, settings, "silver.ad_attribution")
+    assert [(h.store, h.rows) for h in health if h.operator == "symmetricHashJoin"] == [
+        ("left side", 1),
+        ("right side", 1),
+    ]
     recorded, stores = _join_state(settings.checkpoint_path("silver", "ad_attribution"))
     if first_format is None:
         assert (recorded, stores) == ("3", [])

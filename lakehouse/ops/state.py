@@ -96,8 +96,10 @@ def state_health(spark: SparkSession, settings: Settings, flow: str) -> list[Sto
                     StoreHealth(op_id, operator, var, partitions, rows, low, high, timers)
                 )
         elif operator == "symmetricHashJoin":
-            if meta["stateStoreName"] != "left-keyToNumValues":
-                continue  # one entry per side, read whole
+            # Spark's join state format 2 lists its four stores (one entry per side is read
+            # whole); format 3 one store of the default name
+            if meta["stateStoreName"] not in ("left-keyToNumValues", "default"):
+                continue
             for side in ("left", "right"):
                 rows, low, high = _per_partition(read(joinSide=side), partitions)
                 health.append(
