@@ -3,11 +3,13 @@ generator corruption) and the comparison that reports missing, unexpected and di
 
 from __future__ import annotations
 
+import io
+import json
 from collections import Counter
 
 import pandas as pd
 
-from lakehouse.proof.verify import compare, parse_line, row_books
+from lakehouse.proof.verify import compare, parse_line, row_books, run_verify
 from lakehouse.runner.monitoring import Drops
 
 GOOD = (
@@ -231,4 +233,35 @@ def test_a_data_file_missing_from_a_table_is_one_line_naming_it(tmp_path):
         f"the Delta table at {root} lists a data file that is not there: {gone}; restore the "
         "file (or the table) from a backup, or rebuild the table with lakehouse run "
         "--full-refresh"
+    )
+
+
+def test_verify_before_any_layer_ran_reports_the_missing_rows_not_a_traceback(tmp_path, settings):
+    """A lake with landing files, one of them late by the manifest's books, where no layer has
+    run: verify shows every table and fails on those that should hold rows (gold, computed
+    over the silver tables found, expects none). It used to end in a KeyError."""
+    landing = settings.root / "landing"
+    lines = {
+        "events": GOOD,
+        "impressions": '{"impression_id":"i1","ad_id":1,"campaign_id":1,"user_id":7,'
+        '"impression_time":"2026-01-05T09:10:00.000Z"}',
+        "clicks": '{"click_id":"c1","impression_id":"i1","ad_id":1,"user_id":7,'
+        '"click_time":"2026-01-05T09:20:00.000Z"}',
+    }
+    for source, line in lines.items():
+        (landing / source).mkdir(parents=True)
+        (landing / source / f"{source}-000000.json").write_text(line + "\n")
+    books = {"sources": {"events": {"faults": {"late": 1}}}}  # late data: silver by its books
+    (landing / "_manifest.json").write_text(json.dumps({"format": 1, "runs": [books]}))
+
+    out = io.StringIO()
+    assert run_verify(settings, out) == 1
+    report = out.getvalue().splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in report[1:18]}
+    assert rows["bronze.events"][:6] == ["1", "0", "1", "0", "0", "DIFFERENT"]
+    assert rows["silver.ad_attribution"][:6] == ["1", "0", "0", "0", "0", "ok"]
+    assert rows["gold.sessions"][:6] == ["0", "0", "0", "0", "0", "ok"]
+    assert report[-1] == (
+        "verify: 4 table(s) differ from the reference: bronze.events, bronze.impressions, "
+        "bronze.clicks, silver.events"
     )
