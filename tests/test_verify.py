@@ -4,12 +4,16 @@ balance. (Without late events it passes whatever the micro-batch sizes: test_eve
 from __future__ import annotations
 
 import io
+import json
+import re
 
 import pytest
 
+from lakehouse.ops.status import read_table
 from lakehouse.progress import Progress
 from lakehouse.proof.verify import run_verify
 from lakehouse.runner import run_layers
+from lakehouse.storage.deltafiles import open_table
 from lakehouse.tools import generate as gen
 
 pytestmark = pytest.mark.slow
@@ -47,3 +51,29 @@ def test_with_late_events_verify_checks_the_books(spark, settings, shuffle_parti
         f"{late:,} rows of silver.events, {late:,} dropped as late by its operators"
     )
     assert all(line.startswith(("bronze.", "silver.")) and " ok " in line for line in lines[1:9])
+    (pairs,) = [line for line in lines if line.startswith("  silver.ad_attribution books: ")]
+    assert re.fullmatch(
+        r"  silver\.ad_attribution books: 0 impressions not in the reference; matched pairs "
+        r"compared, [\d,]+ missing with a side kept in silver\.late_events",
+        pairs,
+    ), pairs
+
+    # A matched pair lost, neither side of it late: the books of late data do not cover it
+    late = read_table(settings, "silver.late_events")
+    late_ids = {json.loads(r).get(k) for r in late["record"] for k in ("impression_id", "click_id")}
+    found = read_table(settings, "silver.ad_attribution")
+    matched = found[found["click_id"].notna()]
+    lost = next(
+        row
+        for row in matched.itertuples()
+        if row.impression_id not in late_ids and row.click_id not in late_ids
+    )
+    table = open_table(settings.table_path("silver.ad_attribution"))
+    table.delete(f"impression_id = '{lost.impression_id}' AND click_id = '{lost.click_id}'")
+    report = io.StringIO()
+    assert run_verify(settings, report) == 1
+    lines = report.getvalue().splitlines()
+    missing = [line for line in lines if line.startswith("  silver.ad_attribution missing: ")]
+    assert len(missing) == 1 and f"'{lost.impression_id}'" in missing[0], lines
+    assert f"'{lost.click_id}'" in missing[0]
+    assert lines[-1].startswith("verify: ") and "silver.ad_attribution" in lines[-1]

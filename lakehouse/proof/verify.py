@@ -873,16 +873,28 @@ def _attribution_check(
         "silver.ad_attribution", reference, found, ATTRIBUTION_COLUMNS, ATTRIBUTION_KEYS
     )
     if books_mode:
-        _attribution_books(check, reference, found, sides["impressions"])
+        late = _found(settings, "silver.late_events")
+        late = late[late["flow"] == "silver.ad_attribution"] if len(late) else late
+        late_ids = {
+            side: {key for key, _ in _record_keys(late, "input", f"bronze.{side}", ID[side])}
+            for side in ("impressions", "clicks")
+        }
+        _attribution_books(check, reference, found, sides["impressions"], late_ids)
     return _SilverTable(check, reference, found, quarantined)
 
 
 def _attribution_books(
-    check: Check, reference: pd.DataFrame, found: pd.DataFrame, impressions: pd.DataFrame
+    check: Check,
+    reference: pd.DataFrame,
+    found: pd.DataFrame,
+    impressions: pd.DataFrame,
+    late_ids: dict[str, set[str]],
 ) -> None:
     """silver.ad_attribution with late data: a late click dropped leaves its impression
-    unmatched and a late impression is missing, so only the matched pairs are compared, and
-    every impression found must be one of the reference ``impressions``."""
+    unmatched and a late impression is missing, so only the matched pairs are compared: a
+    reference pair may be missing only when its impression or its click is one of the flow's
+    rows kept in silver.late_events (``late_ids``, per side), and every impression found must
+    be one of the reference ``impressions``."""
     matched = found[found["click_id"].notna()] if len(found) else found
     pairs = compare(
         "silver.ad_attribution",
@@ -892,11 +904,21 @@ def _attribution_books(
         ATTRIBUTION_KEYS,
     )
     check.unexpected, check.differing = pairs.unexpected, pairs.differing
+    at = {c: ATTRIBUTION_COLUMNS.index(c) for c in ATTRIBUTION_KEYS}
+    check.missing = [
+        row
+        for row in pairs.missing
+        if str(row[at["impression_id"]]).strip(" ") not in late_ids["impressions"]
+        and str(row[at["click_id"]]).strip(" ") not in late_ids["clicks"]
+    ]
+    explained = len(pairs.missing) - len(check.missing)
     unknown = set(found.get("impression_id", [])) - set(impressions["impression_id"])
     check.books_ok = not unknown
-    check.books.append(f"{len(unknown):,} impressions not in the reference; matched pairs compared")
+    check.books.append(
+        f"{len(unknown):,} impressions not in the reference; matched pairs compared, "
+        f"{explained:,} missing with a side kept in silver.late_events"
+    )
     check.note = "books (late data)"
-    check.missing = []
 
 
 def _quarantine_check(settings: Settings, expected: list[pd.DataFrame]) -> Check:
