@@ -654,12 +654,23 @@ def row_books(
     )
 
 
+def _late_rows(late: pd.DataFrame, flow: str) -> pd.DataFrame:
+    """The rows of silver.late_events (``late``) that ``flow`` dropped."""
+    return late[late["flow"] == flow] if len(late) else late
+
+
+def _late_keys(rows: pd.DataFrame, source: str) -> Counter:
+    """The (id, landing file) keys of the late rows ``rows`` of one flow (:func:`_late_rows`)
+    that came from ``bronze.<source>``."""
+    return _record_keys(rows, "input", f"bronze.{source}", ID[source])
+
+
 def late_events_check(
-    settings: Settings, bronze: dict[str, pd.DataFrame], books_mode: bool
+    settings: Settings, found: pd.DataFrame, bronze: dict[str, pd.DataFrame], books_mode: bool
 ) -> Check:
-    """silver.late_events: none without late input; with it, each row is a bronze row of its
-    flow's input, and each flow holds as many as its stateful operators dropped as late."""
-    found = _found(settings, "silver.late_events")
+    """silver.late_events (``found``): none without late input; with it, each row is a bronze
+    row of its flow's input, and each flow holds as many as its stateful operators dropped as
+    late."""
     check = compare(
         "silver.late_events",
         pd.DataFrame(columns=["flow", "input", "record"]),
@@ -671,12 +682,11 @@ def late_events_check(
         ("silver.events", ("events",)),
         ("silver.ad_attribution", ("impressions", "clicks")),
     ):
-        rows = found[found["flow"] == flow] if len(found) else found
+        rows = _late_rows(found, flow)
         unknown = 0
         for source in inputs:
             known = _keys(bronze[source], ID[source])
-            mine = _record_keys(rows, "input", f"bronze.{source}", ID[source])
-            unknown += sum((mine - known).values())
+            unknown += sum((_late_keys(rows, source) - known).values())
         counted = _drops(settings, flow).late
         check.books_ok = check.books_ok and unknown == 0 and len(rows) == counted
         check.books.append(
@@ -748,13 +758,14 @@ def verify_lake(settings: Settings, now: pd.Timestamp | None = None) -> list[Che
     now = now or pd.Timestamp.now(tz="UTC")
     books_mode = any(_late_lines(manifest).values())
     bronze, checks = _bronze_checks(settings)
+    late = _found(settings, "silver.late_events")
     events = _events_check(settings, bronze["events"], now, books_mode)
-    attribution = _attribution_check(settings, bronze, now, books_mode)
+    attribution = _attribution_check(settings, bronze, late, now, books_mode)
     checks += [
         events.check,
         attribution.check,
         _quarantine_check(settings, [*events.quarantined, *attribution.quarantined]),
-        late_events_check(settings, bronze, books_mode),
+        late_events_check(settings, late, bronze, books_mode),
         *_gold_over_silver(settings, events, attribution, books_mode),
     ]
     _every_table_checked(checks)
@@ -856,10 +867,15 @@ ATTRIBUTION_KEYS = ["impression_id", "click_id"]
 
 
 def _attribution_check(
-    settings: Settings, bronze: dict[str, pd.DataFrame], now: pd.Timestamp, books_mode: bool
+    settings: Settings,
+    bronze: dict[str, pd.DataFrame],
+    late: pd.DataFrame,
+    now: pd.Timestamp,
+    books_mode: bool,
 ) -> _SilverTable:
     """silver.ad_attribution against the reference impressions joined to the reference clicks
-    (each side with its quality rules applied and the first copy of each id kept)."""
+    (each side with its quality rules applied and the first copy of each id kept); ``late``:
+    silver.late_events."""
     sides = {}
     quarantined = []
     for side in ("impressions", "clicks"):
@@ -873,11 +889,9 @@ def _attribution_check(
         "silver.ad_attribution", reference, found, ATTRIBUTION_COLUMNS, ATTRIBUTION_KEYS
     )
     if books_mode:
-        late = _found(settings, "silver.late_events")
-        late = late[late["flow"] == "silver.ad_attribution"] if len(late) else late
+        rows = _late_rows(late, "silver.ad_attribution")
         late_ids = {
-            side: {key for key, _ in _record_keys(late, "input", f"bronze.{side}", ID[side])}
-            for side in ("impressions", "clicks")
+            side: {key for key, _ in _late_keys(rows, side)} for side in ("impressions", "clicks")
         }
         _attribution_books(check, reference, found, sides["impressions"], late_ids)
     return _SilverTable(check, reference, found, quarantined)
