@@ -52,19 +52,26 @@ def run_stream(store):
 
 
 @pytest.fixture
-def shuffle_partitions(spark):
-    """``with shuffle_partitions(n):`` runs its block with ``n`` shuffle partitions."""
+def spark_conf(spark):
+    """``with spark_conf(key, value):`` runs its block with the session's ``key`` set to
+    ``value``, and sets it back after."""
 
     @contextlib.contextmanager
-    def use(n: int):
-        before = spark.conf.get("spark.sql.shuffle.partitions")
-        spark.conf.set("spark.sql.shuffle.partitions", str(n))
+    def use(key: str, value: str):
+        before = spark.conf.get(key)
+        spark.conf.set(key, value)
         try:
             yield
         finally:
-            spark.conf.set("spark.sql.shuffle.partitions", before)
+            spark.conf.set(key, before)
 
     return use
+
+
+@pytest.fixture
+def shuffle_partitions(spark_conf):
+    """``with shuffle_partitions(n):`` runs its block with ``n`` shuffle partitions."""
+    return lambda n: spark_conf("spark.sql.shuffle.partitions", str(n))
 
 
 @pytest.fixture(scope="session")

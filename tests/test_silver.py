@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import io
@@ -481,7 +482,7 @@ def _join_state(checkpoint: Path) -> tuple[str, list[str]]:
 
 @pytest.mark.parametrize("first_format", [None, "2"], ids=["fresh", "checkpoint_of_version_2"])
 def test_ad_attribution_joins_within_the_hour_and_emits_unmatched_once(
-    spark, settings, store, first_format
+    spark, settings, store, spark_conf, first_format
 ):
     """Impressions at 10:00; a click at exactly 11:00 joins, one at 11:00:01 never does. The
     unclicked impressions come out with null click columns only once both watermarks (2 h and
@@ -493,23 +494,14 @@ def test_ad_attribution_joins_within_the_hour_and_emits_unmatched_once(
     for source in ("impressions", "clicks"):
         store.create(f"bronze.{source}", table_schema(source))
     key = "spark.sql.streaming.join.stateFormatVersion"
-    session_format = spark.conf.get(key)
-    assert session_format == "3"
+    assert spark.conf.get(key) == "3"
 
-    def deliver(impressions, clicks):
+    def deliver(impressions, clicks, join_format=None):
         for source, rows in (("impressions", impressions), ("clicks", clicks)):
             df = spark.createDataFrame(rows, table_schema(source)).coalesce(1)
             store.write(df, f"bronze.{source}")
-        if first_format is None or deliver.runs:
+        with spark_conf(key, join_format) if join_format else contextlib.nullcontext():
             return _silver(spark, settings, flow)
-        deliver.runs += 1
-        spark.conf.set(key, first_format)
-        try:
-            return _silver(spark, settings, flow)
-        finally:
-            spark.conf.set(key, session_format)
-
-    deliver.runs = 0
 
     def attributed():
         return sorted(
@@ -525,6 +517,7 @@ def test_ad_attribution_joins_within_the_hour_and_emits_unmatched_once(
             ("no_ad", None, 2, 1, T, None, "f", T),
         ],
         [_clk("c1", "i1", 60), _clk("c2", "i2", 60, second=1), _clk("c1", "i1", 60)],
+        join_format=first_format,  # (the first run: the checkpoint's format)
     )
     assert attributed() == [("i1", "c1")]  # i2 and i3 may still be clicked: not emitted yet
     deliver([_imp("i9", 300)], [_clk("c9", "i9", 300)])  # watermarks: 13:00 and 12:00
