@@ -17,6 +17,8 @@ from lakehouse.ops.status import read_table
 from lakehouse.progress import Progress
 from lakehouse.runner import FlowFailed, layer_flows, run_flows, run_layers
 from lakehouse.runner.refresh import downstream, flows_writing, refresh
+from lakehouse.settings import load_settings
+from lakehouse.storage import table_store
 from lakehouse.storage.deltafiles import open_table
 from lakehouse.storage.store import FAILPOINT_ENV
 from lakehouse.tools import generate as gen
@@ -35,14 +37,31 @@ def _run(settings, capsys, *args) -> tuple[int, list[str]]:
     return code, captured.out.splitlines() + captured.err.splitlines()
 
 
-@pytest.fixture
-def lake(spark, settings):
+@pytest.fixture(scope="module")
+def _built_lake(spark, tmp_path_factory):
+    """A lake through bronze, silver, gold.sessions and gold.sessions_custom, built once for
+    the module; its root, and a copy of it as built."""
+    place = tmp_path_factory.mktemp("refresh")
+    settings = load_settings("test", overrides={"root": str(place / "lake")})
     params = gen.params_from_settings(
         settings, events=800, hours=2.0, users=30, seed=5, late_fraction=0.0
     )
     gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
     run_layers(spark, settings, ["bronze", "silver"], out=io.StringIO())
     run_flows(spark, settings, [_gold("gold.sessions"), _gold("gold.sessions_custom")])
+    shutil.copytree(settings.root, place / "as-built")
+    return settings, place / "as-built"
+
+
+@pytest.fixture
+def lake(spark, _built_lake):
+    """The module's lake as built, for one test to change: the copy put back at the same root
+    (a checkpoint holds its input files' absolute paths), and the session's cached Delta logs
+    forgotten (they would hold the versions of the test before)."""
+    settings, as_built = _built_lake
+    shutil.rmtree(settings.root)
+    shutil.copytree(as_built, settings.root)
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
     return settings
 
 
@@ -88,13 +107,12 @@ def test_a_refreshed_table_is_what_it_was_and_a_broken_checkpoint_is_mended(spar
     assert _rows(settings, "gold.sessions") == before
 
 
-def test_a_shared_table_keeps_the_other_flows_rows_and_downstream_is_named(
-    spark, store, lake, capsys
-):
+def test_a_shared_table_keeps_the_other_flows_rows_and_downstream_is_named(spark, lake, capsys):
     """silver.events shares silver.quarantine and silver.late_events with
     silver.ad_attribution: a refresh of silver.quarantine rebuilds both flows, each replacing
     only its own rows there, and names the gold tables built from what they rebuilt."""
     settings = lake
+    store = table_store(spark, settings)
     t = dt.datetime(2026, 1, 5, 9, 30, tzinfo=dt.UTC)
     bad_events = [  # an unknown event type (4 rows), quarantined by silver.events
         (f"x{i}", 1, "bogus", "/", None, t, "web", "US", None, "file:/x.json", t) for i in range(4)
