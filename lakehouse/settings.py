@@ -129,6 +129,8 @@ class WatermarkSettings:
 class MaintenanceSettings:
     vacuum_retention_hours: int = 168
     target_file_size_mb: int = 128
+    # tables maintained at once (those whose writers' locks overlap take turns)
+    parallel_tables: int = 4
 
 
 @dataclass(frozen=True)
@@ -626,6 +628,7 @@ _DURATIONS = {
 _MAY_BE_EMPTY = {"trigger.bronze_interval", "trigger.silver_interval", "trigger.gold_interval"}
 _POSITIVE = {
     "state_store.min_batches_to_retain",
+    "maintenance.parallel_tables",
     "sql.port",
     "gold.session_max_pages",
     "gold.session_buckets",

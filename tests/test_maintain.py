@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import io
 import shutil
+import threading
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from lakehouse.cli import main
-from lakehouse.ops.maintain import maintain
+from lakehouse.ops.maintain import _in_turns, maintain
 from lakehouse.storage import deltafiles as dfiles
 
 KV = "k long, v string"
@@ -142,6 +143,52 @@ def test_one_failing_table_is_reported_and_the_others_are_maintained(
     )
     (small,) = [line.split() for line in out.splitlines() if line.startswith("bronze.small ")]
     assert small[4:7] == ["3", "->", "1"]  # its three files compacted into one
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tables_are_maintained_at_once_unless_their_writers_locks_overlap(tmp_path, threads):
+    """Tables whose writers differ are maintained at once, up to ``threads``; one whose
+    writers' locks overlap those of a table under way (an ops table: every flow writes it)
+    waits for it (a second flock of the same process would be refused); a table that fails
+    is yielded with its error and the others are still maintained."""
+    a, b = ("bronze.a", tmp_path / "a"), ("bronze.b", tmp_path / "b")
+    locks = {"bronze.a": [a], "bronze.b": [b], "ops.runs": [a, b], "silver.c": [a]}
+    both = threading.Barrier(2, timeout=30)
+    guard = threading.Lock()
+    running: set[str] = set()
+    beside: dict[str, set[str]] = {name: set() for name in locks}
+
+    def work(name, held):
+        assert held == locks[name]
+        with guard:
+            for other in running:
+                beside[name].add(other)
+                beside[other].add(name)
+            running.add(name)
+        try:
+            if threads == 2 and name in ("bronze.a", "bronze.b"):
+                both.wait()  # the two run at once, or this times out
+            if name == "silver.c":
+                raise ValueError("silver.c broke")
+            return f"report of {name}"
+        finally:
+            with guard:
+                running.discard(name)
+
+    outcomes = dict(_in_turns(locks, work, threads))
+    assert {name: str(outcome) for name, outcome in outcomes.items()} == {
+        "bronze.a": "report of bronze.a",
+        "bronze.b": "report of bronze.b",
+        "ops.runs": "report of ops.runs",
+        "silver.c": "silver.c broke",
+    }
+    assert isinstance(outcomes["silver.c"], ValueError)
+    if threads == 1:
+        assert beside == {name: set() for name in locks}
+    else:
+        assert beside["bronze.a"] == {"bronze.b"}
+        assert beside["ops.runs"] == set()
+        assert beside["silver.c"] <= {"bronze.b"}
 
 
 def test_a_retention_under_deltas_floor_needs_force(spark, settings, capsys):
