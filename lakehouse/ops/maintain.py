@@ -348,17 +348,16 @@ def maintain(
             return maintain_table(spark, name, path, settings, zorder.get(name, ()), readers)
 
     done: dict[str, MaintenanceReport] = {}
-    failed = []
     locks = {name: writer_locks(settings, name) for name in found}
     for name, outcome in _in_turns(locks, one, settings.maintenance.parallel_tables):
         if isinstance(outcome, MaintenanceReport):
             done[name] = outcome
         else:
-            failed.append(name)
             print(f"maintain: {name} failed: {first_line(outcome)}", file=err, flush=True)
     reports = [done[name] for name in found if name in done]
+    failed = [name for name in found if name not in done]
     if failed:
-        raise MaintainFailed(reports, [name for name in found if name in failed])
+        raise MaintainFailed(reports, failed)
     return reports
 
 
