@@ -153,7 +153,7 @@ def _lakehouse(args: list[str], root: Path, log) -> subprocess.Popen:
 
 
 class _MaintainKilled(threading.Thread):
-    """``lakehouse maintain`` (compaction, log checkpoint, vacuum with 0 hours' retention) of
+    """``lakehouse maintain`` (compaction, vacuum with 0 hours' retention, log checkpoint) of
     the bronze and silver tables, run beside the gold job that reads them: killed with
     SIGKILL at a random moment of its work, right after its n-th commit (an OPTIMIZE, a VACUUM
     START or END: the next step under way), at a random moment from its start, then let finish; once gold is done, the

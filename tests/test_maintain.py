@@ -4,6 +4,7 @@ vacuum, beside streams that keep running."""
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import threading
 
@@ -44,6 +45,55 @@ def test_maintain_compacts_without_disturbing_a_stream(spark, store, settings, r
     assert main(["maintain", "--root", str(settings.root), "--profile", "test"]) == 0
     out = capsys.readouterr().out
     assert "bronze.small" in out and "silver.small" in out
+
+
+def _operations(path) -> list[str]:
+    """The operations of the table's commits, oldest first."""
+    return [h["operation"] for h in reversed(dfiles.open_table(path).history())]
+
+
+def test_maintain_leaves_out_the_steps_with_nothing_to_do(spark, store, settings):
+    """OPTIMIZE only when data came since the last one, VACUUM only when a file it may delete
+    is older than the retention, a log checkpoint only when the last one is not of the latest
+    version: a table maintained twice is left as it was the second time."""
+    for n in range(3):
+        store.write(spark.createDataFrame([(n, f"v{n}")], KV).coalesce(1), "bronze.small")
+    path = store.path("bronze.small")
+    last_checkpoint = path / "_delta_log" / "_last_checkpoint"
+
+    def once(hours: int):
+        lake = settings.with_overrides({"maintenance.vacuum_retention_hours": hours})
+        (report,) = maintain(lake, ["bronze.small"], spark, force=True)
+        checkpoint = json.loads(last_checkpoint.read_text())["version"]
+        assert checkpoint == report.version_after == dfiles.latest_version(path)
+        return (
+            report.files_before,
+            report.files_after,
+            report.files_compacted,
+            report.files_vacuumed,
+        )
+
+    writes = ["WRITE", "WRITE", "WRITE"]
+    assert _operations(path) == writes
+    # the compacted-away files are younger than 168 hours: VACUUM would delete none of them
+    assert once(168) == (3, 1, 3, 0)
+    assert _operations(path) == [*writes, "OPTIMIZE"]
+    written = last_checkpoint.stat().st_mtime_ns
+    assert once(168) == (1, 1, 0, 0)
+    assert once(0) == (1, 1, 0, 3)  # now they are older than the retention
+    vacuumed = [*writes, "OPTIMIZE", "VACUUM START", "VACUUM END"]
+    assert _operations(path) == vacuumed
+    assert last_checkpoint.stat().st_mtime_ns > written  # of the vacuum's last commit
+    written = last_checkpoint.stat().st_mtime_ns
+    assert once(0) == (1, 1, 0, 0)
+    assert _operations(path) == vacuumed
+    assert last_checkpoint.stat().st_mtime_ns == written
+
+    store.write(spark.createDataFrame([(3, "v3")], KV).coalesce(1), "bronze.small")
+    assert once(0) == (2, 1, 2, 2)
+    assert _operations(path) == [*vacuumed, "WRITE", "OPTIMIZE", "VACUUM START", "VACUUM END"]
+    expected = spark.createDataFrame([(n, f"v{n}") for n in range(4)], KV)
+    assertDataFrameEqual(store.read("bronze.small"), expected)
 
 
 def test_maintain_unknown_table(spark, settings, capsys):
@@ -111,6 +161,7 @@ def test_maintain_zorders_gold_tables_by_their_declared_columns(spark, store, se
     for users in ([5, 1], [3, 2], [4, 6]):  # three files, each spanning users
         store.write(spark.createDataFrame([(u, u) for u in users], schema), "gold.sessions")
     maintain(settings, ["gold.sessions"], spark)
+    maintain(settings, ["gold.sessions"], spark)  # no data since: not Z-ordered again
     history = spark.sql(f"DESCRIBE HISTORY delta.`{store.path('gold.sessions')}`")
     (optimize,) = history.where("operation = 'OPTIMIZE'").collect()
     assert optimize.operationParameters["zOrderBy"] == '["user_id"]'

@@ -1,4 +1,4 @@
-"""``lakehouse maintain``: compact, checkpoint and vacuum the lake's tables."""
+"""``lakehouse maintain``: compact, vacuum and checkpoint the lake's tables."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = sub.add_parser(
         "maintain",
         parents=[common],
-        help="compact small files, checkpoint and vacuum every table",
+        help="compact small files, vacuum and checkpoint every table",
     )
     p.add_argument("--table", action="append", help="only this table (layer.table; repeatable)")
     p.add_argument(

@@ -1,7 +1,8 @@
-"""``lakehouse maintain``: compact small files, checkpoint the log, vacuum old files.
+"""``lakehouse maintain``: compact small files, vacuum old files, checkpoint the log.
 
 With delta-spark: ``OPTIMIZE`` (Z-ordered by the columns a table declares in
-``Output.zorder_by``), a log checkpoint, ``VACUUM``. Safe beside streams that read a table:
+``Output.zorder_by``), ``VACUUM``, a log checkpoint, each only when it has something to do
+(:func:`maintain_table`). Safe beside streams that read a table:
 compaction commits with ``dataChange=false`` (stream readers skip it), and vacuum only deletes
 files unreferenced for longer than the retention. A table is maintained holding the run locks
 of the flows that write it (:mod:`lakehouse.locks`; every flow's for an ops table): on a local
@@ -35,6 +36,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
+from urllib.parse import unquote
 
 from lakehouse.errors import LakehouseError
 from lakehouse.locks import flow_locks
@@ -222,22 +224,27 @@ def maintain_table(
     zorder_by: tuple[str, ...],
     readers: list[UnreadVersion] | None = None,
 ) -> MaintenanceReport:
-    """OPTIMIZE (Z-ORDER BY ``zorder_by`` when given), a log checkpoint and VACUUM, with
+    """OPTIMIZE (Z-ORDER BY ``zorder_by`` when given), VACUUM and a log checkpoint, with
     delta-spark, in the session :func:`maintenance_confs` set up; the vacuum's retention the
     settings' or, when longer, what ``readers`` (the checkpoints reading the table, see
-    :func:`reader_retention`) need."""
-    from delta.tables import DeltaTable
-
+    :func:`reader_retention`) need. Each step is left out when it has nothing to do (see
+    :func:`compacted_since_written`, :func:`unreferenced_files`, :func:`checkpointed`): a
+    table nothing wrote to since it was last maintained costs a listing and a few log reads."""
     # before the compaction: a reader's unread versions are those before it
     needed, reader = reader_retention(path, readers or [], int(time.time() * 1000))
     before_version = dfiles.latest_version(path)
-    before_files = len(dfiles.open_table(path).file_uris())
-    table = DeltaTable.forPath(spark, str(path))
-    optimize = table.optimize()
-    result = optimize.executeZOrderBy(*zorder_by) if zorder_by else optimize.executeCompaction()
-    metrics = result.collect()[0].metrics
-    compacted = metrics.numFilesRemoved if metrics.numFilesAdded else 0
-    _checkpoint(spark, path)
+    referenced = dfiles.open_table(path).file_uris()
+    before_files = len(referenced)
+    compacted = 0
+    if not compacted_since_written(path, zorder_by, before_files):
+        from delta.tables import DeltaTable
+
+        optimize = DeltaTable.forPath(spark, str(path)).optimize()
+        result = optimize.executeZOrderBy(*zorder_by) if zorder_by else optimize.executeCompaction()
+        metrics = result.collect()[0].metrics
+        compacted = metrics.numFilesRemoved if metrics.numFilesAdded else 0
+        if compacted:
+            referenced = dfiles.open_table(path).file_uris()
     configured = settings.maintenance.vacuum_retention_hours
     retention = max(float(configured), needed)
     note = ""
@@ -247,19 +254,102 @@ def maintain_table(
             f"({reader.checkpoint}) has not read version {reader.version} yet"
         )
     on_disk = _data_files_on_disk(path)
-    table.vacuum(retention)  # FULL: also files no commit ever referenced
+    vacuumed = 0
+    # VACUUM deletes what no kept version refers to, if older than the retention: a file
+    # younger (by its modification time, before any tombstone of it) is kept either way
+    cutoff = time.time() - retention * 3600
+    if any(_modified(f) <= cutoff for f in unreferenced_files(path, referenced)):
+        from delta.tables import DeltaTable
+
+        # FULL: also the files no commit ever referenced
+        DeltaTable.forPath(spark, str(path)).vacuum(retention)
+        vacuumed = len(on_disk - _data_files_on_disk(path))
     _remove_empty_folders(path)
+    after_version = dfiles.latest_version(path)
+    if not checkpointed(path, after_version):  # after the vacuum: its commits too
+        _checkpoint(spark, path)
     return MaintenanceReport(
         table=name,
         version_before=before_version,
-        version_after=dfiles.latest_version(path),
+        version_after=after_version,
         files_before=before_files,
-        files_after=len(dfiles.open_table(path).file_uris()),
+        files_after=len(referenced),
         files_compacted=int(compacted),
-        files_vacuumed=len(on_disk - _data_files_on_disk(path)),
+        files_vacuumed=vacuumed,
         retention_hours=retention,
         retention_note=note,
     )
+
+
+MAINTENANCE_OPERATIONS = frozenset({"VACUUM START", "VACUUM END"})
+
+
+def compacted_since_written(path: Path, zorder_by: tuple[str, ...], files: int) -> bool:
+    """Whether OPTIMIZE has nothing to do: a table of at most one file and no Z-order, or one
+    whose commits since its last full OPTIMIZE (Z-ordered by ``zorder_by``, or by nothing)
+    are only vacuums: no data came since, so the same OPTIMIZE would find what it left.
+    (A table OPTIMIZE found nothing to compact in leaves no commit: it is tried again.)"""
+    if files == 0 or (files == 1 and not zorder_by):
+        return True
+    log = dfiles.log_dir(path)
+    for version in range(dfiles.latest_version(path), -1, -1):
+        info = _commit_info(log / f"{version:020d}.json")
+        operation = info.get("operation")
+        if operation == "OPTIMIZE":
+            parameters = info.get("operationParameters") or {}
+            try:
+                ordered = json.loads(parameters.get("zOrderBy") or "[]")
+                whole = json.loads(parameters.get("predicate") or "[]") == []
+            except ValueError:
+                return False
+            return whole and ordered == list(zorder_by)
+        if operation not in MAINTENANCE_OPERATIONS:
+            return False  # data, a schema change, or a commit no longer in the log
+    return False
+
+
+def _commit_info(entry: Path) -> dict:
+    """The commitInfo action of a commit file, or {} (gone, or none)."""
+    try:
+        with open(entry, encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith('{"commitInfo"'):
+                    return json.loads(line)["commitInfo"]
+    except (OSError, ValueError):
+        pass
+    return {}
+
+
+def unreferenced_files(path: Path, referenced: list[str]) -> list[Path]:
+    """The files VACUUM may have to delete: every file under the table's folder, outside its
+    log, that is not one of the ``referenced`` data files of its latest version (by name: the
+    log and the disk spell partition folders differently). Hidden files (a checksum
+    ``.part-*.crc``) are left out: VACUUM never deletes them; anything else it might delete
+    (a tombstoned file, a dead write's, a deletion vector) makes it run."""
+    names = {unquote(uri.rsplit("/", 1)[-1]) for uri in referenced}
+    found = []
+    for folder, dirs, files in os.walk(path):
+        if folder == str(path) and "_delta_log" in dirs:
+            dirs.remove("_delta_log")
+        found += [Path(folder, f) for f in files if not f.startswith(".") and f not in names]
+    return found
+
+
+def _modified(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return math.inf  # gone already: nothing to delete
+
+
+def checkpointed(path: Path, version: int) -> bool:
+    """Whether the table's last log checkpoint (``_delta_log/_last_checkpoint``) is of
+    ``version``."""
+    try:
+        last = json.loads((dfiles.log_dir(path) / "_last_checkpoint").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(last, dict) and last.get("version") == version
 
 
 def maintenance_confs(spark: SparkSession, settings: Settings, force: bool) -> None:
