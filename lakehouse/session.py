@@ -203,7 +203,7 @@ def delta_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
         "spark.databricks.delta.snapshotPartitions": str(max(2, settings.partitions)),
         # A checkpoint every 50 commits of a new table, not 10: each one rebuilds the table's
         # state and writes it (an append of a small micro-batch averaged 1.05 s with 10, 0.67 s
-        # with 50); `lakehouse maintain` writes one after compacting
+        # with 50); `lakehouse maintain` writes one of each table's latest version
         "spark.databricks.delta.properties.defaults.checkpointInterval": "50",
     }
     try:
