@@ -96,6 +96,40 @@ def test_maintain_leaves_out_the_steps_with_nothing_to_do(spark, store, settings
     assertDataFrameEqual(store.read("bronze.small"), expected)
 
 
+@pytest.mark.parametrize(
+    ("commits", "zorder_by", "skipped"),
+    [
+        (["WRITE", ("OPTIMIZE", "[]", "[]", None)], (), True),
+        (["WRITE", ("OPTIMIZE", "[]", "[]", False), "VACUUM START", "VACUUM END"], (), True),
+        (["WRITE", ("OPTIMIZE", "[]", "[]", None), "STREAMING UPDATE"], (), False),
+        (["WRITE", ("OPTIMIZE", "[]", '["user_id"]', None)], ("user_id",), True),
+        (["WRITE", ("OPTIMIZE", "[]", "[]", None)], ("user_id",), False),  # not Z-ordered
+        (["WRITE", ("OPTIMIZE", '["(day = 1)"]', "[]", None)], (), False),  # one partition
+        (["WRITE", ("OPTIMIZE", "[]", "[]", True)], (), False),  # an auto-compaction
+        (["WRITE", "WRITE"], (), False),  # never compacted
+    ],
+)
+def test_optimize_is_left_out_when_no_data_came_since_the_last_one(
+    tmp_path, commits, zorder_by, skipped
+):
+    """From the commits' commitInfo, as delta-spark writes them (newest last)."""
+    from lakehouse.ops.maintain import compacted_since_written
+
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    for version, commit in enumerate(commits):
+        operation, predicate, zorder, auto = (commit, "[]", "[]", None)
+        if isinstance(commit, tuple):
+            operation, predicate, zorder, auto = commit
+        parameters = {"predicate": predicate, "zOrderBy": zorder, "clusterBy": "[]"}
+        if auto is not None:
+            parameters["auto"] = auto
+        info = {"timestamp": 1, "operation": operation, "operationParameters": parameters}
+        lines = [json.dumps({"commitInfo": info}, separators=(",", ":")), '{"add":{}}']
+        (log / f"{version:020d}.json").write_text("\n".join(lines) + "\n")
+    assert compacted_since_written(tmp_path, zorder_by, files=3) is skipped
+
+
 def test_maintain_unknown_table(spark, settings, capsys):
     """A table the lake does not hold is bad input: one line on stderr, exit code 2."""
     root = ["--root", str(settings.root), "--profile", "test"]

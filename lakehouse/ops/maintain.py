@@ -287,8 +287,10 @@ MAINTENANCE_OPERATIONS = frozenset({"VACUUM START", "VACUUM END"})
 def compacted_since_written(path: Path, zorder_by: tuple[str, ...], files: int) -> bool:
     """Whether OPTIMIZE has nothing to do: a table of at most one file and no Z-order, or one
     whose commits since its last full OPTIMIZE (Z-ordered by ``zorder_by``, or by nothing)
-    are only vacuums: no data came since, so the same OPTIMIZE would find what it left.
-    (A table OPTIMIZE found nothing to compact in leaves no commit: it is tried again.)"""
+    are only vacuums: no data came since, so the same OPTIMIZE would find what it left, but
+    for the files its rewrite left smaller than their inputs, which a second bin-packing
+    could merge a little further (the table's next write brings OPTIMIZE back). A table
+    OPTIMIZE found nothing to compact in leaves no commit: it is tried again."""
     if files == 0 or (files == 1 and not zorder_by):
         return True
     log = dfiles.log_dir(path)
@@ -300,9 +302,12 @@ def compacted_since_written(path: Path, zorder_by: tuple[str, ...], files: int) 
             try:
                 ordered = json.loads(parameters.get("zOrderBy") or "[]")
                 whole = json.loads(parameters.get("predicate") or "[]") == []
+                clustered = json.loads(parameters.get("clusterBy") or "[]") != []
             except ValueError:
                 return False
-            return whole and ordered == list(zorder_by)
+            # an auto-compaction (``auto``) has sizes of its own: not the OPTIMIZE maintain runs
+            auto = parameters.get("auto") not in (None, False, "false")
+            return whole and not clustered and not auto and ordered == list(zorder_by)
         if operation not in MAINTENANCE_OPERATIONS:
             return False  # data, a schema change, or a commit no longer in the log
     return False
