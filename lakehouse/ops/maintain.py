@@ -152,14 +152,9 @@ def commit_timestamp_ms(path: Path, version: int) -> int:
         if not kept:
             return 0
         entry = kept[0]
-    for line in entry.read_text().splitlines():
-        with contextlib.suppress(ValueError):
-            info = json.loads(line).get("commitInfo")
-            if info:
-                stamp = info.get("inCommitTimestamp") or info.get("timestamp")
-                if stamp:
-                    return int(stamp)
-    return int(entry.stat().st_mtime * 1000)
+    info = _commit_info(entry)
+    stamp = info.get("inCommitTimestamp") or info.get("timestamp")
+    return int(stamp) if stamp else int(entry.stat().st_mtime * 1000)
 
 
 def reader_retention(
@@ -253,17 +248,17 @@ def maintain_table(
             f"vacuum retention {retention:g} hours, not {configured:g}: {reader.reader} "
             f"({reader.checkpoint}) has not read version {reader.version} yet"
         )
-    on_disk = _data_files_on_disk(path)
+    on_disk = _files_on_disk(path)
     vacuumed = 0
     # VACUUM deletes what no kept version refers to, if older than the retention: a file
     # younger (by its modification time, before any tombstone of it) is kept either way
     cutoff = time.time() - retention * 3600
-    if any(_modified(f) <= cutoff for f in unreferenced_files(path, referenced)):
+    if any(_modified(f) <= cutoff for f in unreferenced_files(on_disk, referenced)):
         from delta.tables import DeltaTable
 
         # FULL: also the files no commit ever referenced
         DeltaTable.forPath(spark, str(path)).vacuum(retention)
-        vacuumed = len(on_disk - _data_files_on_disk(path))
+        vacuumed = sum(f.name.endswith(".parquet") for f in on_disk - _files_on_disk(path))
     _remove_empty_folders(path)
     after_version = dfiles.latest_version(path)
     if not checkpointed(path, after_version):  # after the vacuum: its commits too
@@ -325,19 +320,15 @@ def _commit_info(entry: Path) -> dict:
     return {}
 
 
-def unreferenced_files(path: Path, referenced: list[str]) -> list[Path]:
-    """The files VACUUM may have to delete: every file under the table's folder, outside its
-    log, that is not one of the ``referenced`` data files of its latest version (by name: the
-    log and the disk spell partition folders differently). Hidden files (a checksum
-    ``.part-*.crc``) are left out: VACUUM never deletes them; anything else it might delete
-    (a tombstoned file, a dead write's, a deletion vector) makes it run."""
+def unreferenced_files(on_disk: set[Path], referenced: list[str]) -> list[Path]:
+    """The files VACUUM may have to delete: those of ``on_disk`` (the table's, outside its
+    log: :func:`_files_on_disk`) that are not one of the ``referenced`` data files of its
+    latest version (by name: the log and the disk spell partition folders differently).
+    Hidden files (a checksum ``.part-*.crc``) are left out: VACUUM never deletes them;
+    anything else it might delete (a tombstoned file, a dead write's, a deletion vector)
+    makes it run."""
     names = {unquote(uri.rsplit("/", 1)[-1]) for uri in referenced}
-    found = []
-    for folder, dirs, files in os.walk(path):
-        if folder == str(path) and "_delta_log" in dirs:
-            dirs.remove("_delta_log")
-        found += [Path(folder, f) for f in files if not f.startswith(".") and f not in names]
-    return found
+    return [f for f in on_disk if not f.name.startswith(".") and f.name not in names]
 
 
 def _modified(path: Path) -> float:
@@ -384,14 +375,14 @@ def _checkpoint(spark: SparkSession, path: Path) -> None:
     log.checkpoint(log.update(False, none, none), none)
 
 
-def _data_files_on_disk(root: Path) -> set[str]:
-    return {
-        os.path.join(folder, f)
-        for folder, _dirs, files in os.walk(root)
-        if "_delta_log" not in Path(folder).parts
-        for f in files
-        if f.endswith(".parquet")
-    }
+def _files_on_disk(root: Path) -> set[Path]:
+    """Every file under the table's folder but its log's."""
+    found: set[Path] = set()
+    for folder, dirs, files in os.walk(root):
+        if "_delta_log" in dirs:
+            dirs.remove("_delta_log")
+        found.update(Path(folder, f) for f in files)
+    return found
 
 
 def maintain(
