@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import threading
+import time
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
@@ -59,6 +61,9 @@ def test_maintain_leaves_out_the_steps_with_nothing_to_do(spark, store, settings
     for n in range(3):
         store.write(spark.createDataFrame([(n, f"v{n}")], KV).coalesce(1), "bronze.small")
     path = store.path("bronze.small")
+    weeks_ago = time.time() - 3 * 7 * 24 * 3600
+    for data in path.glob("*.parquet"):  # written three weeks ago (compacted away today)
+        os.utime(data, (weeks_ago, weeks_ago))
     last_checkpoint = path / "_delta_log" / "_last_checkpoint"
 
     def once(hours: int):
@@ -75,7 +80,8 @@ def test_maintain_leaves_out_the_steps_with_nothing_to_do(spark, store, settings
 
     writes = ["WRITE", "WRITE", "WRITE"]
     assert _operations(path) == writes
-    # the compacted-away files are younger than 168 hours: VACUUM would delete none of them
+    # the compacted-away files' tombstones are younger than 168 hours: VACUUM would delete
+    # none of them (it would keep each until both its tombstone and itself are older)
     assert once(168) == (3, 1, 3, 0)
     assert _operations(path) == [*writes, "OPTIMIZE"]
     written = last_checkpoint.stat().st_mtime_ns
@@ -128,6 +134,55 @@ def test_optimize_is_left_out_when_no_data_came_since_the_last_one(
         lines = [json.dumps({"commitInfo": info}, separators=(",", ":")), '{"add":{}}']
         (log / f"{version:020d}.json").write_text("\n".join(lines) + "\n")
     assert compacted_since_written(tmp_path, zorder_by, files=3) is skipped
+
+
+HOUR_MS = 3600 * 1000
+
+
+@pytest.mark.parametrize(
+    ("commits", "files", "work"),
+    [
+        # the commits, oldest first: (made hours ago, the files it removed); the files on
+        # disk no version refers to: {name: modified hours ago}
+        ([(200, ()), (2, ("a",))], {"a": 300}, False),  # a tombstone younger than 168 h
+        ([(200, ()), (190, ("a",)), (2, ())], {"a": 300}, True),  # both older
+        ([(200, ()), (2, ())], {"a": 300}, True),  # no tombstone: a dead write's file
+        ([(200, ()), (2, ("a",))], {"a": 100}, False),  # the file itself is younger
+        ([(200, ("b",)), (2, ("a",))], {"a": 300, "b": 300}, True),  # b may go
+        ([(180, ("a",)), (170, ()), (2, ("a",))], {"a": 300}, False),  # removed again
+        ([None, (100, ()), (2, ())], {"a": 300}, True),  # older commits gone: not known
+        ([None, (100, ("a",))], {"a": 300}, False),
+    ],
+)
+def test_vacuum_is_left_out_while_the_tombstones_are_younger_than_the_retention(
+    tmp_path, commits, files, work
+):
+    """From the files' modification times and the ``remove`` actions' ``deletionTimestamp``
+    in the commits, as delta-spark writes them: VACUUM (168 hours) deletes a file only when
+    both are older than the retention."""
+    from lakehouse.ops.maintain import vacuum_has_work
+
+    now = time.time()
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    for version, commit in enumerate(commits):
+        if commit is None:  # cleaned up by Delta's log retention
+            continue
+        made, removed = commit
+        stamp = int(now * 1000) - made * HOUR_MS
+        info = {"timestamp": stamp, "operation": "OPTIMIZE" if removed else "WRITE"}
+        lines = [json.dumps({"commitInfo": info}, separators=(",", ":"))]
+        for name in removed:  # the tombstone is made at the commit
+            remove = {"path": f"{name}.parquet", "deletionTimestamp": stamp, "dataChange": False}
+            lines.append(json.dumps({"remove": remove}, separators=(",", ":")))
+        (log / f"{version:020d}.json").write_text("\n".join(lines) + "\n")
+    unreferenced = []
+    for name, hours in files.items():
+        data = tmp_path / f"{name}.parquet"
+        data.write_bytes(b"PAR1")
+        os.utime(data, (now - hours * 3600, now - hours * 3600))
+        unreferenced.append(data)
+    assert vacuum_has_work(tmp_path, unreferenced, 168) is work
 
 
 def test_maintain_unknown_table(spark, settings, capsys):

@@ -223,7 +223,7 @@ def maintain_table(
     delta-spark, in the session :func:`maintenance_confs` set up; the vacuum's retention the
     settings' or, when longer, what ``readers`` (the checkpoints reading the table, see
     :func:`reader_retention`) need. Each step is left out when it has nothing to do (see
-    :func:`compacted_since_written`, :func:`unreferenced_files`, :func:`checkpointed`): a
+    :func:`compacted_since_written`, :func:`vacuum_has_work`, :func:`checkpointed`): a
     table nothing wrote to since it was last maintained costs a listing and a few log reads."""
     # before the compaction: a reader's unread versions are those before it
     needed, reader = reader_retention(path, readers or [], int(time.time() * 1000))
@@ -250,10 +250,7 @@ def maintain_table(
         )
     on_disk = _files_on_disk(path)
     vacuumed = 0
-    # VACUUM deletes what no kept version refers to, if older than the retention: a file
-    # younger (by its modification time, before any tombstone of it) is kept either way
-    cutoff = time.time() - retention * 3600
-    if any(_modified(f) <= cutoff for f in unreferenced_files(on_disk, referenced)):
+    if vacuum_has_work(path, unreferenced_files(on_disk, referenced), retention):
         from delta.tables import DeltaTable
 
         # FULL: also the files no commit ever referenced
@@ -329,6 +326,48 @@ def unreferenced_files(on_disk: set[Path], referenced: list[str]) -> list[Path]:
     makes it run."""
     names = {unquote(uri.rsplit("/", 1)[-1]) for uri in referenced}
     return [f for f in on_disk if not f.name.startswith(".") and f.name not in names]
+
+
+def vacuum_has_work(path: Path, unreferenced: list[Path], retention_hours: float) -> bool:
+    """Whether VACUUM with ``retention_hours`` would delete one of the ``unreferenced`` files
+    (:func:`unreferenced_files`). delta-spark 4.4's VacuumCommand deletes a file only when its
+    modification time is before the cutoff (now less the retention) and, if the table's state
+    holds a tombstone of it (a ``remove`` action), that tombstone's ``deletionTimestamp`` is
+    too: a file written weeks ago and compacted away today is kept for another retention."""
+    cutoff = time.time() - retention_hours * 3600
+    old = {f.name for f in unreferenced if _modified(f) <= cutoff}
+    return bool(old) and not old <= recent_tombstones(path, old, int(cutoff * 1000))
+
+
+def recent_tombstones(path: Path, names: set[str], cutoff_ms: int) -> set[str]:
+    """Those of ``names`` (data files' names) whose latest tombstone in the table's log was
+    made at or after ``cutoff_ms``. The commits are read newest first, down to the first one
+    made before the cutoff (its tombstones and older ones are older: a tombstone is made
+    before its commit); a commit no longer in the log ends the search, so what it might
+    hold is not counted (VACUUM then runs: never left out for a tombstone not seen)."""
+    log = dfiles.log_dir(path)
+    seen: set[str] = set()
+    recent: set[str] = set()
+    for version in range(dfiles.latest_version(path), -1, -1):
+        try:
+            with open(log / f"{version:020d}.json", encoding="utf-8") as handle:
+                lines = handle.readlines()
+        except OSError:
+            break
+        made = None
+        for line in lines:
+            if line.startswith('{"remove"'):
+                remove = json.loads(line)["remove"]
+                name = unquote(remove["path"].rsplit("/", 1)[-1])
+                if name in names and name not in seen:  # the newest tombstone is the state's
+                    seen.add(name)
+                    if (remove.get("deletionTimestamp") or 0) >= cutoff_ms:
+                        recent.add(name)
+            elif line.startswith('{"commitInfo"'):
+                made = json.loads(line)["commitInfo"].get("timestamp")
+        if seen == names or not isinstance(made, int) or made < cutoff_ms:
+            break
+    return recent
 
 
 def _modified(path: Path) -> float:
