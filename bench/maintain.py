@@ -8,14 +8,18 @@ retention, as the fault matrix and a busy lake's schedule do) once per value of
 and the tables' versions and files, then the medians; every run must leave the same files.
 With ``--again``, each copy is maintained a second time at once (what a schedule finds when
 nothing was written since): that run's seconds and the commits it made are printed too.
+With ``--aged HOURS``, each copy's data files are made HOURS old first and the retention is
+Delta's default 168 hours, without ``--force``: a lake written long ago, maintained daily.
 
     python bench/maintain.py [--events 3000] [--rounds 3] [--parallel 1 4] [--again]
+                             [--aged HOURS]
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import os
 import shutil
 import statistics
 import sys
@@ -33,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--parallel", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--again", action="store_true", help="maintain each copy twice")
+    parser.add_argument("--aged", type=float, default=0.0, help="data files this many hours old")
     args = parser.parse_args(argv)
 
     from lakehouse.ops.maintain import maintain
@@ -64,27 +69,34 @@ def main(argv: list[str] | None = None) -> int:
         for n in args.parallel:
             root = work / f"r{round_}-p{n}"
             shutil.copytree(built, root, symlinks=True)
+            if args.aged:
+                then = time.time() - args.aged * 3600
+                for data in (root / "tables").rglob("*.parquet"):
+                    os.utime(data, (then, then))
             lake = settings.with_overrides(
                 {
                     "root": str(root),
-                    "maintenance.vacuum_retention_hours": 0,
+                    "maintenance.vacuum_retention_hours": 168 if args.aged else 0,
                     "maintenance.parallel_tables": n,
                 }
             )
+            force = not args.aged
             spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
             start = time.perf_counter()
-            reports = maintain(lake, None, spark, force=True)
+            reports = maintain(lake, None, spark, force=force)
             laps[n].append(time.perf_counter() - start)
             outcome[n] = [
                 (r.table, r.version_after - r.version_before, r.files_after, r.files_vacuumed)
                 for r in reports
             ]
+            made = sum(r.version_after - r.version_before for r in reports)
             line = (
-                f"round {round_}  parallel_tables={n}  {len(reports)} tables  {laps[n][-1]:6.1f} s"
+                f"round {round_}  parallel_tables={n}  {len(reports)} tables  "
+                f"{laps[n][-1]:6.1f} s ({made} commits)"
             )
             if args.again:
                 start = time.perf_counter()
-                second = maintain(lake, None, spark, force=True)
+                second = maintain(lake, None, spark, force=force)
                 again[n].append(time.perf_counter() - start)
                 commits = sum(r.version_after - r.version_before for r in second)
                 commits_again += commits
