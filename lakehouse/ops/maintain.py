@@ -305,13 +305,22 @@ def compacted_since_written(path: Path, zorder_by: tuple[str, ...], files: int) 
     return False
 
 
+def _actions(entry: Path, kinds: frozenset[str]) -> Iterator[tuple[str, dict]]:
+    """(kind, action) for each action of commit file ``entry`` of one of ``kinds`` (an action
+    is a one-key object on a line: ``{"remove":{...}}``); only those lines are parsed. Raises
+    OSError when the file is gone."""
+    with open(entry, encoding="utf-8") as handle:
+        for line in handle:
+            kind = line[2 : line.find('"', 2)]
+            if kind in kinds:
+                yield kind, json.loads(line)[kind]
+
+
 def _commit_info(entry: Path) -> dict:
     """The commitInfo action of a commit file, or {} (gone, or none)."""
     try:
-        with open(entry, encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith('{"commitInfo"'):
-                    return json.loads(line)["commitInfo"]
+        for _, info in _actions(entry, frozenset({"commitInfo"})):
+            return info
     except (OSError, ValueError):
         pass
     return {}
@@ -348,23 +357,21 @@ def recent_tombstones(path: Path, names: set[str], cutoff_ms: int) -> set[str]:
     log = dfiles.log_dir(path)
     seen: set[str] = set()
     recent: set[str] = set()
+    kinds = frozenset({"remove", "commitInfo"})
     for version in range(dfiles.latest_version(path), -1, -1):
-        try:
-            with open(log / f"{version:020d}.json", encoding="utf-8") as handle:
-                lines = handle.readlines()
-        except OSError:
-            break
         made = None
-        for line in lines:
-            if line.startswith('{"remove"'):
-                remove = json.loads(line)["remove"]
-                name = unquote(remove["path"].rsplit("/", 1)[-1])
+        try:
+            for kind, action in _actions(log / f"{version:020d}.json", kinds):
+                if kind == "commitInfo":
+                    made = action.get("timestamp")
+                    continue
+                name = unquote(action["path"].rsplit("/", 1)[-1])
                 if name in names and name not in seen:  # the newest tombstone is the state's
                     seen.add(name)
-                    if (remove.get("deletionTimestamp") or 0) >= cutoff_ms:
+                    if (action.get("deletionTimestamp") or 0) >= cutoff_ms:
                         recent.add(name)
-            elif line.startswith('{"commitInfo"'):
-                made = json.loads(line)["commitInfo"].get("timestamp")
+        except OSError:
+            break
         if seen == names or not isinstance(made, int) or made < cutoff_ms:
             break
     return recent
