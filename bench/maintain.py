@@ -31,6 +31,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def _commits(reports) -> int:
+    """The commits a maintain's reports say it made."""
+    return sum(r.version_after - r.version_before for r in reports)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=3000)
@@ -89,16 +94,15 @@ def main(argv: list[str] | None = None) -> int:
                 (r.table, r.version_after - r.version_before, r.files_after, r.files_vacuumed)
                 for r in reports
             ]
-            made = sum(r.version_after - r.version_before for r in reports)
             line = (
                 f"round {round_}  parallel_tables={n}  {len(reports)} tables  "
-                f"{laps[n][-1]:6.1f} s ({made} commits)"
+                f"{laps[n][-1]:6.1f} s ({_commits(reports)} commits)"
             )
             if args.again:
                 start = time.perf_counter()
                 second = maintain(lake, None, spark, force=force)
                 again[n].append(time.perf_counter() - start)
-                commits = sum(r.version_after - r.version_before for r in second)
+                commits = _commits(second)
                 commits_again += commits
                 line += f"  again {again[n][-1]:6.1f} s ({commits} commits)"
             print(line, flush=True)
