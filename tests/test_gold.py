@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import itertools
+import time
 from functools import partial
 
 from pyspark.sql import Row
@@ -396,6 +397,50 @@ def test_purchase_alerts_stream_with_ttl_on_the_state(spark, settings, store):
     for r in rows:
         assert started.timestamp() * 1000 + ttl_ms <= r.ttlExpirationMs
         assert r.ttlExpirationMs <= dt.datetime.now(UTC).timestamp() * 1000 + ttl_ms
+
+
+def test_purchase_alerts_run_no_empty_micro_batch_in_continuous_mode(spark, settings, store):
+    """In continuous mode gold.purchase_alerts, whose ProcessingTime-mode processor would ask
+    for a no-data micro-batch at every trigger, runs micro-batches only for new input and
+    alerts as in available-now mode; the session's own setting is left as it was."""
+    from lakehouse.runner.queries import NO_DATA_BATCHES, start_flow
+
+    buy = {"event_type": "purchase", "amount": 2.0}
+    store.create("silver.events", EVENTS_SCHEMA)
+
+    def deliver(*rows):
+        store.write(spark.createDataFrame(rows, EVENTS_SCHEMA).coalesce(1), "silver.events")
+
+    deliver(_event(1, 0, **buy), _event(1, 0.25, **buy), _event(1, 0.5, **buy))
+    continuous = settings.with_overrides(
+        {"trigger.mode": "continuous", "trigger.gold_interval": "1 second"}
+    )
+    checkpoint = settings.checkpoint_path("gold", "purchase_alerts")
+    before = spark.conf.get(NO_DATA_BATCHES, None)
+    query = start_flow(spark, store, continuous, _flow("gold.purchase_alerts"))
+
+    def committed(batch: int) -> None:
+        """Until micro-batch ``batch`` is committed, then two more triggers: a no-data
+        micro-batch would begin (and be logged in offsets) at the first."""
+        deadline = time.monotonic() + 120
+        while not (checkpoint / "commits" / str(batch)).exists():
+            assert query.isActive, query.exception()
+            assert time.monotonic() < deadline, f"micro-batch {batch} not committed in 2 min"
+            query.awaitTermination(0.1)
+        query.awaitTermination(2.5)
+
+    try:
+        assert spark.conf.get(NO_DATA_BATCHES, None) == before
+        committed(0)
+        deliver(_event(1, 0.75, **buy))
+        committed(1)
+    finally:
+        query.stop()
+    assert sorted(int(p.name) for p in (checkpoint / "offsets").glob("[0-9]*")) == [0, 1]
+    alerts = store.read("gold.purchase_alerts").select(
+        "user_id", "purchase_time", "purchases_in_minute", "amount_in_minute"
+    )
+    assertDataFrameEqual(alerts, [Row(1, _at(0.5), 3, 6.0), Row(1, _at(0.75), 4, 8.0)])
 
 
 def test_activity_spans_come_out_per_event_type_once_the_user_is_idle_30_minutes(

@@ -3,6 +3,7 @@ transform, its output tables created and its sink started on its checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import time
@@ -195,9 +196,37 @@ def start_flow(
     before = context.getLocalProperty("spark.scheduler.pool")
     context.setLocalProperty("spark.scheduler.pool", flow.layer)
     try:
-        return _start_sink(store, settings, flow, result, checkpoint, trigger)
+        with _no_data_batches(spark, flow.stops_itself or settings.trigger.mode != "continuous"):
+            return _start_sink(store, settings, flow, result, checkpoint, trigger)
     finally:
         context.setLocalProperty("spark.scheduler.pool", before)
+
+
+NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
+
+
+@contextlib.contextmanager
+def _no_data_batches(spark: SparkSession, enabled: bool):
+    """A query started in this block runs no no-data micro-batch unless ``enabled`` (the
+    query's own session copies Spark's setting at its start; the session's is put back
+    after). A flow that never ends by itself (gold.purchase_alerts: its ProcessingTime-mode
+    processor, for its TTL) asks for one at every trigger, and in continuous mode it has
+    nothing to do there: that processor registers no timer, so it emits only with input rows,
+    and its expired state is cleaned in its data batches too. Without them its watermark
+    (ops.completeness) moves when input comes. In available-now mode the last no-data batch
+    is kept: the runner stops the query once caught up."""
+    if enabled:
+        yield
+        return
+    before = spark.conf.get(NO_DATA_BATCHES, None)
+    spark.conf.set(NO_DATA_BATCHES, "false")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(NO_DATA_BATCHES)
+        else:
+            spark.conf.set(NO_DATA_BATCHES, before)
 
 
 def _start_sink(
