@@ -147,7 +147,9 @@ class Flow:
     seed_table: Callable[[Settings], str] | None = None
     # False for a query that never ends an available-now run by itself: a
     # transformWithState processor in the ProcessingTime mode (needed for TTL) asks for
-    # another no-data micro-batch forever. The runner stops it once all input is processed.
+    # another no-data micro-batch forever. The runner stops it once all input is processed;
+    # in continuous mode it runs no no-data micro-batch (runner.queries._no_data_batches), so
+    # its processor must not wait on timers.
     stops_itself: bool = True
 
     def __post_init__(self) -> None:
