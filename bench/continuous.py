@@ -30,8 +30,8 @@ generator's manifest and ops.stream_progress:
 Prints one line per sample and a summary per run: whether bronze kept up (its rows/s, at
 least 95% of the generated rate, as the least-squares slope of its rows over the second half's
 samples: bronze reads in bursts, so the rate between two samples would measure where they fall
-in a burst as much as the rate) and whether gold freshness stayed bounded: every sample at most the
-floor the design sets (the events watermark plus the 5-minute window) plus ``--lag-allowance``
+in a burst as much as the rate) and whether gold freshness stayed bounded: every sample at most
+the floor the design sets (the events watermark plus the 5-minute window) plus ``--lag-allowance``
 seconds (300: 1,200 s with the default settings), and a closed window in the second half. A
 comparison of the two halves' maxima is no test: the first closed window appears partway
 through the first half, which then holds less than one 5-minute sawtooth, so its maximum is
@@ -302,7 +302,8 @@ def section(args, argv: list[str], runs: list[dict]) -> list[str]:
         "continuous` (every flow in one driver) side by side, "
         f"{args.minutes:g} minutes per run, a sample every {SAMPLE_S} s. Pairs are the maxima "
         "over the first / second half of a run. Keeps up: bronze rows/s (the least-squares "
-        "slope of its rows over the second half) at least 95% of the generated rate. Bounded: every freshness sample at most "
+        "slope of its rows over the second half) at least 95% of the generated rate. "
+        "Bounded: every freshness sample at most "
         f"{runs[0]['limit']:,.0f} s (the events watermark, the 5-minute window and "
         f"{args.lag_allowance:,.0f} s of lag). Gold lag: now minus the newest event time gold "
         "has seen (freshness without the 5-minute sawtooth).",
