@@ -3,6 +3,7 @@ write path (a replayed micro-batch is skipped), tables the catalog knows, one-li
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import traceback
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from py4j.protocol import Py4JJavaError
@@ -723,6 +725,78 @@ def test_app_transactions_read_from_the_checksum_or_else_from_the_log(spark, sto
     with pytest.raises(dfiles.SchemaMismatch, match="cannot write to table silver.t: .*v"):
         store.write(wrong, "silver.t", txn=("app", 2))
     assert version(store, "silver.t") == 2
+
+
+def test_each_delta_rs_commit_leaves_the_checksum_delta_spark_would(spark, store):
+    """delta-rs writes no checksum file; each of its commits here gets the one delta-spark
+    derives (``N.crc``): delta-spark, rebuilding the table's state from its log, finds it
+    exact, and a reader takes the version's protocol and metadata from it, with no job."""
+    kv = "k long, v string"
+    name = "gold.summed"
+    store.create(name, spark.createDataFrame([], kv).schema)  # version 0, with its checksum
+    store.upsert(spark.createDataFrame([(1, "a"), (2, "b")], kv), name, ["k"], "app", 0)
+    store.upsert(spark.createDataFrame([(2, "c"), (3, "d")], kv), name, ["k"], "app", 1)
+    side = pa.table({"k": pa.array([9], pa.int64()), "v": pa.array(["s"])})
+    store.append_arrow_once(side, name, "side", 7)
+    table = DeltaTable(str(store.path(name)))
+    assert table.version() == 3
+    assert [h["operation"] for h in table.history()] == ["WRITE", "MERGE", "WRITE", "CREATE TABLE"]
+    log_dir = store.path(name) / "_delta_log"
+    last = json.loads((log_dir / f"{3:020d}.crc").read_text())
+    sizes = pa.table(table.get_add_actions(flatten=True)).column("size_bytes").to_pylist()
+    # the MERGE rewrote the first append's file: two files
+    assert (last["numFiles"], last["tableSizeBytes"]) == (2, sum(sizes)) and len(sizes) == 2
+    assert sorted((t["appId"], t["version"]) for t in last["setTransactions"]) == [
+        ("app", 1),
+        ("side", 7),
+    ]
+    assert sum(last["fileSizeHistogram"]["fileCounts"]) == 2
+    jvm = spark._jvm
+    jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # as in a new job
+    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+        spark._jsparkSession, str(store.path(name))
+    ).update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+    assert snapshot.version() == 3 and snapshot.checksumOpt().isDefined()
+    # compares files, sizes, protocol, metadata, app transactions, histogram; fatal when unequal
+    assert snapshot.validateChecksum(getattr(snapshot, "validateChecksum$default$1")())
+    expected = [(1, "a"), (2, "c"), (3, "d"), (9, "s")]
+    assertDataFrameEqual(store.read(name), spark.createDataFrame(expected, kv))
+
+
+def test_no_checksum_is_written_where_it_cannot_be_exact(tmp_path):
+    """No checksum without the previous version's, nor for a commit removing a file whose
+    size it does not give; never one written over another."""
+    from deltalake import write_deltalake
+
+    root = tmp_path / "t"
+    write_deltalake(str(root), pa.table({"k": pa.array([1], pa.int64())}))  # no checksum
+    write_deltalake(str(root), pa.table({"k": pa.array([2], pa.int64())}), mode="append")
+    log_dir = root / "_delta_log"
+    assert not dfiles.write_checksum(root, 1)
+    (log_dir / f"{0:020d}.crc").write_text(
+        json.dumps(
+            {
+                "tableSizeBytes": 10,
+                "numFiles": 1,
+                "numMetadata": 1,
+                "numProtocol": 1,
+                "metadata": {"id": "x"},
+                "protocol": {"minReaderVersion": 1, "minWriterVersion": 2},
+            }
+        )
+    )
+    (log_dir / f"{2:020d}.json").write_text(
+        json.dumps({"remove": {"path": "gone.parquet", "dataChange": True}}) + "\n"
+    )
+    assert dfiles.write_checksum(root, 1)
+    written = json.loads((log_dir / f"{1:020d}.crc").read_text())
+    added = pa.table(DeltaTable(str(root), version=1).get_add_actions(flatten=True))
+    sizes = sorted(added.column("size_bytes").to_pylist())  # two one-row files: the same size
+    assert (written["numFiles"], written["tableSizeBytes"]) == (2, 10 + sizes[1])
+    assert not dfiles.write_checksum(root, 2)
+    assert not (log_dir / f"{2:020d}.crc").exists()
+    assert not dfiles.write_checksum(root, 1)  # there already
+    assert json.loads((log_dir / f"{1:020d}.crc").read_text()) == written
 
 
 def test_update_mode_merge_skips_a_replayed_batch_and_unsets_its_confs(spark, store, settings):

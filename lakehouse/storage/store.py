@@ -605,6 +605,7 @@ class TableStore:
             with _commit_lock(self.path(name)):
                 table.update_incremental()  # what this process committed since it opened it
                 commit(table, data, properties)
+                dfiles.write_checksum(self.path(name), table.version())
         except (DeltaProtocolError, CommitFailedError, SchemaMismatchError) as exc:
             # (a schema delta-rs sees otherwise than delta-spark: delta-spark's path writes
             # or refuses it in one line); any other failure is the write's own
