@@ -764,14 +764,18 @@ def test_each_delta_rs_commit_leaves_the_checksum_delta_spark_would(spark, store
 
 
 def test_no_checksum_is_written_where_it_cannot_be_exact(tmp_path):
-    """No checksum without the previous version's, nor for a commit removing a file whose
-    size it does not give; never one written over another."""
+    """No checksum without the previous version's, nor after one not as delta-spark writes
+    it, nor for a commit removing a file whose size it does not give; never one written over
+    another."""
     from deltalake import write_deltalake
 
     root = tmp_path / "t"
     write_deltalake(str(root), pa.table({"k": pa.array([1], pa.int64())}))  # no checksum
     write_deltalake(str(root), pa.table({"k": pa.array([2], pa.int64())}), mode="append")
     log_dir = root / "_delta_log"
+    assert not dfiles.write_checksum(root, 1)
+    odd = {"metadata": {"id": "x"}, "protocol": {"minReaderVersion": 1}}  # no sizes
+    (log_dir / f"{0:020d}.crc").write_text(json.dumps(odd))
     assert not dfiles.write_checksum(root, 1)
     (log_dir / f"{0:020d}.crc").write_text(
         json.dumps(

@@ -308,19 +308,29 @@ def write_checksum(root: str | Path, version: int) -> bool:
     for them) and its file size histogram (when the previous one has it) are delta-spark's
     own; the optional fields this cannot keep exactly are left out, as delta-spark leaves
     them out when it cannot compute them."""
-    import bisect
     import json
-    import uuid
 
     d = log_dir(root)
     try:
         before = json.loads((d / f"{version - 1:020d}.crc").read_text())
         with open(d / f"{version:020d}.json", encoding="utf-8") as handle:
             actions = [json.loads(line) for line in handle if line.strip()]
-    except (OSError, ValueError):
+        checksum = _next_checksum(before, actions)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False  # none, or not as delta-spark writes it: the commit is made, readers cope
+    if checksum is None:
         return False
+    return _write_new(d / f"{version:020d}.crc", json.dumps(checksum, separators=(",", ":")))
+
+
+def _next_checksum(before: dict[str, Any], actions: list[dict[str, Any]]) -> dict | None:
+    """The checksum after a commit of ``actions`` on a version whose checksum is ``before``;
+    None when it cannot be exact (see :func:`write_checksum`)."""
+    import bisect
+    import uuid
+
     if not before.get("metadata") or not before.get("protocol"):
-        return False
+        return None
     size_key = "fileSizeHistogram" if before.get("fileSizeHistogram") else "histogramOpt"
     histogram = before.get(size_key)
     bins = histogram and histogram["sortedBinBoundaries"]
@@ -334,9 +344,9 @@ def write_checksum(root: str | Path, version: int) -> bool:
         ((kind, body),) = action.items()
         if kind in ("add", "remove"):
             if body.get("deletionVector"):
-                return False
+                return None
             if kind == "remove" and not (body.get("extendedFileMetadata") and "size" in body):
-                return False
+                return None
             sign = 1 if kind == "add" else -1
             size += sign * body["size"]
             files += sign
@@ -353,10 +363,10 @@ def write_checksum(root: str | Path, version: int) -> bool:
                 transactions[body["appId"]] = body
         elif kind == "commitInfo":
             if body.get("inCommitTimestamp") is not None:
-                return False
+                return None
             txn_id = body.get("txnId")
         elif kind == "domainMetadata":
-            return False
+            return None
     retention = (metadata.get("configuration") or {}).get("delta.setTransactionRetentionDuration")
     if retention or (transactions and len(transactions) > _MAX_TRANSACTIONS_IN_CHECKSUM):
         transactions = None
@@ -378,7 +388,7 @@ def write_checksum(root: str | Path, version: int) -> bool:
         checksum[size_key] = histogram
     if files == 0:
         checksum["allFiles"] = []
-    return _write_new(d / f"{version:020d}.crc", json.dumps(checksum, separators=(",", ":")))
+    return checksum
 
 
 def _write_new(path: Path, text: str) -> bool:
