@@ -766,7 +766,8 @@ def test_each_delta_rs_commit_leaves_the_checksum_delta_spark_would(spark, store
 def test_no_checksum_is_written_where_it_cannot_be_exact(tmp_path):
     """No checksum without the previous version's, nor after one not as delta-spark writes
     it, nor for a commit removing a file whose size it does not give; never one written over
-    another."""
+    another; no app transactions where the table lets them expire (the previous checksum's
+    list may lack some its log still holds)."""
     from deltalake import write_deltalake
 
     root = tmp_path / "t"
@@ -777,18 +778,15 @@ def test_no_checksum_is_written_where_it_cannot_be_exact(tmp_path):
     odd = {"metadata": {"id": "x"}, "protocol": {"minReaderVersion": 1}}  # no sizes
     (log_dir / f"{0:020d}.crc").write_text(json.dumps(odd))
     assert not dfiles.write_checksum(root, 1)
-    (log_dir / f"{0:020d}.crc").write_text(
-        json.dumps(
-            {
-                "tableSizeBytes": 10,
-                "numFiles": 1,
-                "numMetadata": 1,
-                "numProtocol": 1,
-                "metadata": {"id": "x"},
-                "protocol": {"minReaderVersion": 1, "minWriterVersion": 2},
-            }
-        )
-    )
+    checksum = {
+        "tableSizeBytes": 10,
+        "numFiles": 1,
+        "numMetadata": 1,
+        "numProtocol": 1,
+        "metadata": {"id": "x"},
+        "protocol": {"minReaderVersion": 1, "minWriterVersion": 2},
+    }
+    (log_dir / f"{0:020d}.crc").write_text(json.dumps(checksum))
     (log_dir / f"{2:020d}.json").write_text(
         json.dumps({"remove": {"path": "gone.parquet", "dataChange": True}}) + "\n"
     )
@@ -801,6 +799,19 @@ def test_no_checksum_is_written_where_it_cannot_be_exact(tmp_path):
     assert not (log_dir / f"{2:020d}.crc").exists()
     assert not dfiles.write_checksum(root, 1)  # there already
     assert json.loads((log_dir / f"{1:020d}.crc").read_text()) == written
+    # app transactions are carried where the table keeps them all, before and after a commit
+    kept = {"setTransactions": [{"appId": "a", "version": 3}]}
+    expiring = {"id": "x", "configuration": {"delta.setTransactionRetentionDuration": "1 day"}}
+    for before, after in [({"id": "x"}, {"id": "x"}), (expiring, {"id": "x"})]:
+        (log_dir / f"{1:020d}.crc").write_text(json.dumps({**written, **kept, "metadata": before}))
+        (log_dir / f"{2:020d}.crc").unlink(missing_ok=True)
+        commit = [{"metaData": after}, {"txn": {"appId": "b", "version": 0}}]
+        (log_dir / f"{2:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in commit))
+        assert dfiles.write_checksum(root, 2)
+        derived = json.loads((log_dir / f"{2:020d}.crc").read_text())
+        assert derived["metadata"] == after and derived["numFiles"] == written["numFiles"]
+        carried = [{"appId": "a", "version": 3}, {"appId": "b", "version": 0}]
+        assert derived.get("setTransactions") == (None if before is expiring else carried)
 
 
 def test_update_mode_merge_skips_a_replayed_batch_and_unsets_its_confs(spark, store, settings):

@@ -367,7 +367,11 @@ def _next_checksum(before: dict[str, Any], actions: list[dict[str, Any]]) -> dic
             txn_id = body.get("txnId")
         elif kind == "domainMetadata":
             return None
-    retention = (metadata.get("configuration") or {}).get("delta.setTransactionRetentionDuration")
+    # a retention before or after the commit: the previous checksum may lack expired ones
+    retention = any(
+        (m.get("configuration") or {}).get("delta.setTransactionRetentionDuration")
+        for m in (before["metadata"], metadata)
+    )
     if retention or (transactions and len(transactions) > _MAX_TRANSACTIONS_IN_CHECKSUM):
         transactions = None
     checksum: dict[str, Any] = {
