@@ -301,12 +301,12 @@ def write_checksum(root: str | Path, version: int) -> bool:
     1.7 s each on an idle 2-core machine, behind every other query on a busy one.
 
     True when written. False, with nothing written, when it cannot be derived exactly: no
-    checksum for the previous version, a commit that holds actions a checksum counts otherwise
-    (deletion vectors, domain metadata, a removal without its size), or one there already
-    (never replaced). The file counts and sizes, the protocol and metadata, the table's app
-    transactions (when the previous checksum lists them all and the table sets no retention
-    for them) and its file size histogram (when the previous one has it) are delta-spark's
-    own; the optional fields this cannot keep exactly are left out, as delta-spark leaves
+    checksum for the previous version, or one not as delta-spark writes it; a commit that
+    holds actions a checksum counts otherwise (deletion vectors, domain metadata, in-commit
+    timestamps, a removal without its size); or one there already (never replaced). The file
+    counts and sizes, the protocol and metadata, the table's app transactions (when the
+    previous checksum lists them all and neither version sets a retention for them) and its
+    file size histogram (when the previous one has it) are delta-spark's own; the optional fields this cannot keep exactly are left out, as delta-spark leaves
     them out when it cannot compute them."""
     import json
 
