@@ -70,11 +70,17 @@ def sql_jar(settings: Settings) -> Path:
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
+def java_options(settings: Settings, log4j: Path) -> str:
+    """The driver JVM's options: the project's log4j2 file ``log4j``, then the setting
+    ``driver_java_options``."""
+    return f"-Dlog4j2.configurationFile=file:{log4j} {settings.driver_java_options}".strip()
+
+
 def spark_submit_args(settings: Settings) -> list[str]:
     """What spark-submit needs to run a job of the project: the project's log4j2 file for the
     driver (spark-submit starts the JVM, with Spark's own INFO logging otherwise), and
     ``--jars a.jar,b.jar`` (the driver and the executors load Delta from them)."""
-    quiet = ["--driver-java-options", f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"]
+    quiet = ["--driver-java-options", java_options(settings, LOG4J_CONFIG)]
     jars = native_jars(settings)
     if not jars:
         return [*quiet, "--packages", settings.native.jars_packages]

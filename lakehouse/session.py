@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from lakehouse.jars import LOG4J_CONFIG, NativeJarsMissing, native_jars
+from lakehouse.jars import LOG4J_CONFIG, NativeJarsMissing, java_options, native_jars
 from lakehouse.javacheck import check_java
 from lakehouse.settings import Settings
 
@@ -71,7 +71,7 @@ def session_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.ui.enabled": str(settings.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",
+        "spark.driver.extraJavaOptions": java_options(settings, LOG4J_CONFIG),
         # a pool of the fair scheduler per layer (lakehouse.runner.queries puts each flow's
         # jobs in its layer's)
         "spark.scheduler.mode": "FAIR",

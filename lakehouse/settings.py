@@ -340,6 +340,9 @@ class Settings:
     shuffle_partitions: int = 0  # 0: one per core of a local master (see ``partitions``)
     log_level: str = "WARN"
     ui_enabled: bool = False
+    # Options of the Spark driver's JVM, after the project's own (a local master runs all of
+    # Spark in it), e.g. "-XX:TieredStopAtLevel=1" (conf/lakehouse.toml says when it pays).
+    driver_java_options: str = ""
     trigger: TriggerSettings = field(default_factory=TriggerSettings)
     state_store: StateStoreSettings = field(default_factory=StateStoreSettings)
     watermarks: WatermarkSettings = field(default_factory=WatermarkSettings)

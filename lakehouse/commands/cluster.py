@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from lakehouse.commands.params import non_negative_int, settings_from_args
@@ -58,7 +59,7 @@ def _package(settings, output: Path) -> int:
     print(f"project code packed in {dist.code}, the layers' entry points in {dist.jobs}")
     submit = (
         f"spark-submit --master {settings.master} --py-files {dist.code} "
-        f"--driver-java-options {driver_java_options(dist)}"
+        f"--driver-java-options {shlex.quote(driver_java_options(dist, settings))}"
     )
     if jars:
         print(f"delta-spark jars copied to {dist.jars} ({len(jars)} files)")

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from lakehouse.jars import java_options
 from lakehouse.settings import Settings
 
 CODE_ZIP = "lakehouse-code.zip"
@@ -64,5 +65,5 @@ def scheduled(settings: Settings) -> Dist:
     return Dist((folder or settings.root / "dist").absolute())
 
 
-def driver_java_options(dist: Dist) -> str:
-    return f"-Dlog4j2.configurationFile=file:{dist.log4j}"
+def driver_java_options(dist: Dist, settings: Settings) -> str:
+    return java_options(settings, dist.log4j)

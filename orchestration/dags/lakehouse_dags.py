@@ -179,7 +179,7 @@ def build_pipeline_dag(settings, config: Path | None) -> DAG:
                 **_classpath(settings, packed),
                 # the project's log4j2 file for the driver: spark-submit starts its JVM, with
                 # Spark's own INFO logging otherwise
-                conf={"spark.driver.extraJavaOptions": dist.driver_java_options(packed)},
+                conf={"spark.driver.extraJavaOptions": dist.driver_java_options(packed, settings)},
                 application_args=[*args, "--trigger", "available-now"],
                 env_vars=_submit_env(settings, config),
                 name=f"lakehouse-{layer}",
