@@ -68,7 +68,9 @@ def test_cluster_package_writes_what_spark_submit_needs(tmp_path, capsys):
     )
     assert out.splitlines()[-1] == (
         f"submit with: spark-submit --master local[2] --py-files {packed.code} "
-        f"--driver-java-options -Dlog4j2.configurationFile=file:{packed.log4j} --jars {jars} "
+        # the project's log4j2 file, then the test profile's driver_java_options, one word
+        f"--driver-java-options '-Dlog4j2.configurationFile=file:{packed.log4j} "
+        f"-XX:TieredStopAtLevel=1' --jars {jars} "
         f"{packed.jobs}/<layer>.py --root <lake root>"
     )
 
@@ -148,7 +150,7 @@ def test_a_layer_submitted_from_the_package_runs_on_spark_submits_master(tmp_pat
         [
             str(Path(sys.executable).with_name("spark-submit")),
             "--master", "local[1]",
-            "--conf", f"spark.driver.extraJavaOptions={dist.driver_java_options(packed)}",
+            "--conf", f"spark.driver.extraJavaOptions={dist.driver_java_options(packed, settings)}",
             "--conf", "spark.eventLog.enabled=true",
             "--conf", f"spark.eventLog.dir={events.as_uri()}",
             "--conf", "spark.eventLog.compress=false",

@@ -178,7 +178,9 @@ def test_the_dagbag_loads_the_pipeline_and_maintenance_dags(airflow_env):
             "spark-submit",
             "--master", "local[2]",
             "--conf",
-            f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{dist}/log4j2.properties",
+            # the project's log4j2 file, then the test profile's driver_java_options
+            f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{dist}/log4j2.properties"
+            " -XX:TieredStopAtLevel=1",
             "--py-files", f"{dist}/lakehouse-code.zip",
             "--jars", jars,
             "--name", f"lakehouse-{layer}",
