@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lakehouse import jars as jars_module
-from lakehouse.jars import DEFAULT_JARS_DIR, NativeJarsMissing
+from lakehouse.jars import DEFAULT_JARS_DIR, LOG4J_CONFIG, NativeJarsMissing, spark_submit_args
 from lakehouse.javacheck import JavaError, check_java
 from lakehouse.session import ROCKSDB_PROVIDER, session_conf, worker_python
 
@@ -21,6 +21,20 @@ def test_session_conf_from_settings(settings):
     assert conf["spark.sql.streaming.join.stateFormatVersion"] == "3"
     hdfs = session_conf(settings.with_overrides({"state_store.provider": "hdfs"}))
     assert "spark.sql.streaming.join.stateFormatVersion" not in hdfs  # (RocksDB's only)
+
+
+def test_driver_java_options_come_after_the_projects_log4j2_file(settings):
+    log4j = f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
+    # the test profile's C1 alone, for the jobs and commands the tests start
+    conf = session_conf(settings)
+    assert conf["spark.driver.extraJavaOptions"] == f"{log4j} -XX:TieredStopAtLevel=1"
+    none = settings.with_overrides({"driver_java_options": ""})
+    assert session_conf(none)["spark.driver.extraJavaOptions"] == log4j
+    two = settings.with_overrides({"driver_java_options": "-XX:+UseSerialGC -Xss4m"})
+    assert spark_submit_args(two)[:2] == [
+        "--driver-java-options",
+        f"{log4j} -XX:+UseSerialGC -Xss4m",
+    ]
 
 
 @pytest.mark.parametrize(
