@@ -177,8 +177,8 @@ def build_pipeline_dag(settings, config: Path | None) -> DAG:
                 application=str(packed.job(layer)),
                 py_files=str(packed.code),
                 **_classpath(settings, packed),
-                # the project's log4j2 file for the driver: spark-submit starts its JVM, with
-                # Spark's own INFO logging otherwise
+                # the project's log4j2 file for the driver (spark-submit starts its JVM, with
+                # Spark's own INFO logging otherwise), then the setting driver_java_options
                 conf={"spark.driver.extraJavaOptions": dist.driver_java_options(packed, settings)},
                 application_args=[*args, "--trigger", "available-now"],
                 env_vars=_submit_env(settings, config),
