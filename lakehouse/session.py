@@ -67,6 +67,12 @@ def session_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
         # and cached, each later read of it ran its stateful operators again (three times
         # the duplicates, and the state, of silver.events)
         "spark.sql.unionOutputPartitioning": "false",
+        # Spark keeps the classes it generates for plans in a cache of 100 by default. The flows
+        # of one process (gold's eight, re-planned every micro-batch) need more: each miss is a
+        # Janino compile and a new class for the JIT to compile again (the test of gold against
+        # its batch computation: 1,163 compiles taking 41 s with 100, 505 taking 19 s with 1,000
+        # or 10,000). Read once, when the JVM's first session starts.
+        "spark.sql.codegen.cache.maxEntries": "1000",
         # Delta wants INT64 microsecond timestamps in Parquet, not Spark's default INT96
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.ui.enabled": str(settings.ui_enabled).lower(),

@@ -110,6 +110,26 @@ def test_live_session_settings(spark):
     assert spark.conf.get("spark.sql.streaming.stateStore.providerClass") == ROCKSDB_PROVIDER
 
 
+def test_a_plan_seen_before_is_not_compiled_again_after_a_hundred_others(spark):
+    """Spark's cache of generated classes holds 1,000 (its default, 100, made gold's flows
+    compile their plans again and again): a query run again after 120 others that generate
+    code of their own finds its classes in the cache."""
+    from pyspark.sql import functions as F
+
+    compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+
+    def run(i: int) -> int:  # (the literal is part of the generated code)
+        return spark.range(3).select((F.col("id") * 1000 + F.lit(i)).alias("v")).collect()[2].v
+
+    assert run(-1) == 1999
+    before = compiled.getCount()
+    assert [run(i) for i in range(120)] == [2000 + i for i in range(120)]
+    assert compiled.getCount() >= before + 120  # each of them compiled its own class
+    again = compiled.getCount()
+    assert run(-1) == 1999
+    assert compiled.getCount() == again
+
+
 def _fake_java(tmp_path, version_line):
     home = tmp_path / "jdk"
     (home / "bin").mkdir(parents=True)
