@@ -359,18 +359,61 @@ def test_the_dag_file_loads_in_the_image_environment(image):
 
 
 @pytest.mark.e2e
-def test_the_installed_demo_runs_outside_the_checkout(image, tmp_path):
+def test_the_installed_demo_runs_outside_the_checkout(image, spark, tmp_path):
     """`lakehouse demo` of the installed package, in the image's environment, from a folder
     that is not the checkout: Spark starts with the wheel's log4j2 and fair scheduler files, and
-    silver reads the wheel's quality rules. Starts Spark (about a minute)."""
+    silver reads the wheel's quality rules. What it prints, and nothing else (no warning, no
+    stack trace, no Python worker's start-up lines), says the books of the rows it wrote.
+    Starts Spark (about a minute)."""
+    from pyspark.sql import functions as F
+
+    from lakehouse.runner import layer_flows
+    from lakehouse.settings import load_settings
+    from lakehouse.storage import table_store
+
     if image.java is None:
         pytest.skip("no Java here (the image has Java 17)")
     if not list((PROJECT / "jars" / "lib").glob("delta-spark_*.jar")):
         pytest.skip("no delta-spark jars in jars/lib: run `make setup`")
-    done = image.run(
-        "lakehouse", "demo", "--events", "2000", "--root", tmp_path / "lake", timeout=900
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "the books balance" in done.stdout
+    root = tmp_path / "lake"
+    done = image.run("lakehouse", "demo", "--events", "2000", "--root", root, timeout=900)
+    out = done.stdout
+    assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
     for trouble in ("Reconfiguration failed", "no rules file"):
         assert trouble not in done.stderr, done.stderr[-3000:]
+    noisy = ("WARN", " ERROR ", "Traceback", "Warning", "Python worker")
+    noise = [line for line in (out + done.stderr).splitlines() if any(n in line for n in noisy)]
+    assert noise == []
+    store = table_store(spark, load_settings("test", overrides={"root": str(root)}))
+    bronze = store.read("bronze.events").count()
+    kept = store.read("silver.events").count()
+    quarantined = store.read("silver.quarantine").where(F.col("table") == "silver.events").count()
+    assert (
+        f"books: {bronze:,} bronze rows = {kept:,} kept + {quarantined:,} quarantined + "
+        f"{bronze - kept - quarantined:,} dropped: balanced"
+    ) in out
+    impressions, clicks = (store.read(f"bronze.{s}").count() for s in ("impressions", "clicks"))
+    attributed = store.read("silver.ad_attribution").count()
+    assert (
+        f"silver.ad_attribution: in {impressions:,} (bronze.impressions) + {clicks:,} "
+        f"(bronze.clicks), out {attributed:,}"
+    ) in out
+    operators = [
+        line.split(":")[0].strip()
+        for line in out.splitlines()
+        if line.strip().startswith("operator ")
+    ]
+    assert operators == [
+        "operator 0 dedupeWithinWatermark",
+        "operator 0 symmetricHashJoin",
+        "operator 1 dedupeWithinWatermark",
+        "operator 2 dedupeWithinWatermark",
+    ]
+    # then every gold table, with its row count
+    for table in [o.table for flow in layer_flows("gold") for o in flow.outputs]:
+        assert f"{table}: {store.read(table).count():,} rows; the first 5:" in out
+    assert "the books balance: every landing line is in one place, as the manifest says" in out
+    assert out.rstrip().splitlines()[-6:-4] == [
+        "next:",
+        f"  check every table against the reference lakehouse verify --root {root}",
+    ]

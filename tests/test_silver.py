@@ -7,8 +7,6 @@ import dataclasses
 import datetime as dt
 import io
 import json
-import subprocess
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -566,73 +564,3 @@ def test_ad_attribution_joins_within_the_hour_and_emits_unmatched_once(
     else:
         four = [f"{side}-{kind}" for side in ("left", "right") for kind in JOIN_STORES]
         assert (recorded, stores) == ("2", sorted(four))
-
-
-@pytest.mark.slow
-def test_the_demo_prints_the_books_of_bronze_and_silver_and_gold_rows(spark, settings, store):
-    """``lakehouse demo`` as a user runs it (its own process and JVM): what it prints, and
-    nothing else: no warning, no stack trace, no Python worker's start-up lines."""
-    demo = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lakehouse.cli",  # the checkout's code (cwd), whatever the venv installed
-            "demo",
-            "--events",
-            "2000",
-            "--root",
-            str(settings.root),
-            "--profile",
-            "test",
-        ],
-        cwd=Path(__file__).resolve().parents[1],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    out = demo.stdout
-    assert demo.returncode == 0, (out + demo.stderr)[-3000:]
-    noise = [
-        line
-        for line in (out + demo.stderr).splitlines()
-        if "WARN" in line
-        or " ERROR " in line
-        or "Traceback" in line
-        or "Warning" in line
-        or "Python worker" in line
-    ]
-    assert noise == []
-    bronze = store.read("bronze.events").count()
-    kept = store.read("silver.events").count()
-    quarantined = store.read("silver.quarantine").where(F.col("table") == "silver.events").count()
-    assert (
-        f"books: {bronze:,} bronze rows = {kept:,} kept + {quarantined:,} quarantined + "
-        f"{bronze - kept - quarantined:,} dropped: balanced"
-    ) in out
-    impressions, clicks = (store.read(f"bronze.{s}").count() for s in ("impressions", "clicks"))
-    attributed = store.read("silver.ad_attribution").count()
-    assert (
-        f"silver.ad_attribution: in {impressions:,} (bronze.impressions) + {clicks:,} "
-        f"(bronze.clicks), out {attributed:,}"
-    ) in out
-    operators = [
-        line.split(":")[0].strip()
-        for line in out.splitlines()
-        if line.strip().startswith("operator ")
-    ]
-    assert operators == [
-        "operator 0 dedupeWithinWatermark",
-        "operator 0 symmetricHashJoin",
-        "operator 1 dedupeWithinWatermark",
-        "operator 2 dedupeWithinWatermark",
-    ]
-    # then every gold table, with its row count
-    GOLD = layer_flows("gold")
-
-    for table in [o.table for flow in GOLD for o in flow.outputs]:
-        assert f"{table}: {store.read(table).count():,} rows; the first 5:" in out
-    assert "the books balance: every landing line is in one place, as the manifest says" in out
-    assert out.rstrip().splitlines()[-6:-4] == [
-        "next:",
-        f"  check every table against the reference lakehouse verify --root {settings.root}",
-    ]
