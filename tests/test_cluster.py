@@ -15,18 +15,17 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from verify_helpers import ALL_EQUAL
 
 from lakehouse.ops.status import read_table
 from lakehouse.progress import Progress
 from lakehouse.proof.verify import run_verify
-from lakehouse.runner import declared_tables, layer_flows
+from lakehouse.runner import layer_flows
 from lakehouse.settings import load_settings
 from lakehouse.tools import cluster
 from lakehouse.tools import generate as gen
 
 FLOWS = layer_flows("gold")
-# what verify prints when every table the flows declare equals its reference
-ALL_EQUAL = f"verify: all {len(declared_tables())} tables equal the reference"
 
 
 def _free_ports(n: int) -> list[int]:

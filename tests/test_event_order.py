@@ -20,16 +20,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from verify_helpers import ALL_EQUAL
 
 from lakehouse import checkpoints
 from lakehouse.progress import Progress
 from lakehouse.proof.verify import _drops, _gold_flows, run_verify
-from lakehouse.runner import StopRequest, declared_tables, layer_flows, run_flows, run_layers
+from lakehouse.runner import StopRequest, layer_flows, run_flows, run_layers
 from lakehouse.settings import Settings, load_settings
 from lakehouse.tools import generate as gen
-
-# what verify prints when every table the flows declare equals its reference
-ALL_EQUAL = f"verify: all {len(declared_tables())} tables equal the reference"
 
 ADMISSIONS = {"all": 0, "one": 1, "few": 2}
 ROWS_PER_FILE = 300  # several files per micro-batch even on this small dataset

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from verify_helpers import ALL_EQUAL
 
 from lakehouse import checkpoints
 from lakehouse.jars import spark_submit_args
@@ -28,13 +29,10 @@ from lakehouse.ops.maintain import lake_tables
 from lakehouse.ops.status import read_table
 from lakehouse.progress import Progress
 from lakehouse.proof.verify import run_verify
-from lakehouse.runner import declared_tables, layer_flows, run_flows, run_layers
+from lakehouse.runner import layer_flows, run_flows, run_layers
 from lakehouse.runner.switch import MARKER
 from lakehouse.settings import load_settings
 from lakehouse.tools import generate as gen
-
-# what verify prints when every table the flows declare equals its reference
-ALL_EQUAL = f"verify: all {len(declared_tables())} tables equal the reference"
 
 pytestmark = pytest.mark.faults
 

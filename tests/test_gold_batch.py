@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 
 import pandas as pd
+from verify_helpers import ALL_EQUAL
 
 from lakehouse.ops.status import current_marks
 from lakehouse.progress import Progress
@@ -14,9 +15,6 @@ from lakehouse.runner import declared_tables, layer_flows, run_layers
 from lakehouse.settings import duration_seconds
 from lakehouse.storage.deltafiles import open_table
 from lakehouse.tools import generate as gen
-
-# what verify prints when every table the flows declare equals its reference
-ALL_EQUAL = f"verify: all {len(declared_tables())} tables equal the reference"
 
 EVENTS_LATENESS = pd.Timedelta(minutes=10)  # watermarks.events of the test settings
 ATTRIBUTION_LATENESS = pd.Timedelta(hours=5)  # watermarks.attribution

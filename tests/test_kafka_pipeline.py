@@ -13,6 +13,7 @@ import time
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
+from verify_helpers import ALL_EQUAL
 
 from lakehouse import checkpoints, kafka_client
 from lakehouse.kafka_options import PLAIN_MODULE
@@ -24,7 +25,6 @@ from lakehouse.tools import generate as gen
 from lakehouse.tools import kafka
 from lakehouse.tools.processes import free_port
 
-ALL_EQUAL = f"verify: all {len(declared_tables())} tables equal the reference"
 SEED = 20261126
 
 
