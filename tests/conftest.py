@@ -1,5 +1,5 @@
 """One Spark session for the whole test run (local[2], 2 shuffle partitions, UTC, UI off, the
-JIT's every tier)."""
+JIT's every tier, expressions interpreted)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,20 @@ import contextlib
 import pytest
 
 from lakehouse.settings import load_settings
+
+# The tests' session evaluates expressions without generating code: on their rows (tens to
+# thousands) Spark's code generation cost more than it saved. Generating the source and
+# compiling it with Janino were about a fifth of this JVM's Java samples in a profile (Java
+# Flight Recorder) of tests/test_gold.py, and that file's ten tests took 0.85 of their time
+# without it (medians of two runs each; 0.94 with only whole-stage code generation off).
+# The jobs and commands the tests start (spark-submit, the demo, the fault matrix, the
+# cluster) keep Spark's defaults, which generate code, as the project's sessions do. A test of
+# code generation itself sets these back (``spark_conf``).
+INTERPRETED = {
+    "spark.sql.codegen.wholeStage": "false",
+    # (Spark's own tests run their expressions both ways with this setting)
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +32,7 @@ def spark(tmp_path_factory):
     # C1 alone (for the short jobs and commands the tests start) made the suite 1.3 times slower
     overrides = {"root": str(tmp_path_factory.mktemp("lake")), "driver_java_options": ""}
     settings = load_settings("test", overrides=overrides)
-    session = build_session(settings, app_name="lakehouse-tests")
+    session = build_session(settings, app_name="lakehouse-tests", extra_conf=INTERPRETED)
     yield session
     session.stop()
 

@@ -110,10 +110,19 @@ def test_live_session_settings(spark):
     assert spark.conf.get("spark.sql.streaming.stateStore.providerClass") == ROCKSDB_PROVIDER
 
 
-def test_a_plan_seen_before_is_not_compiled_again_after_a_hundred_others(spark):
+def test_a_plan_seen_before_is_not_compiled_again_after_a_hundred_others(spark, spark_conf):
     """Spark's cache of generated classes holds 1,000 (its default, 100, made gold's flows
     compile their plans again and again): a query run again after 120 others that generate
-    code of their own finds its classes in the cache."""
+    code of their own finds its classes in the cache. (With code generation on, as in the
+    project's sessions: the tests' session interprets, tests/conftest.py.)"""
+    with (
+        spark_conf("spark.sql.codegen.wholeStage", "true"),
+        spark_conf("spark.sql.codegen.factoryMode", "FALLBACK"),
+    ):
+        _a_plan_seen_before_is_not_compiled_again(spark)
+
+
+def _a_plan_seen_before_is_not_compiled_again(spark):
     from pyspark.sql import functions as F
 
     compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
