@@ -32,9 +32,13 @@ $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
+# --no-compile: Python compiles a module when it is first imported, and keeps it; pip compiling
+# every module of every package at install took longer than the rest of the install (52 s
+# against 29 s here for .venv, 72 s against 35 s for .venv-airflow, whose modules are mostly
+# never imported)
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-compile -e '.[dev]'
 	@touch $(STAMP)
 
 # JVM jars fetched with Maven from a pom, once, and again only when the pom changes:
@@ -89,9 +93,9 @@ $(AIRFLOW_STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11"; exit 1; }
 	test -x $(AIRFLOW_VENV)/bin/pip || $(PYTHON) -m venv $(AIRFLOW_VENV)
 	$(AIRFLOW_VENV)/bin/pip install --quiet --upgrade pip
-	$(AIRFLOW_VENV)/bin/pip install --quiet "apache-airflow==$(AIRFLOW_VERSION)" \
+	$(AIRFLOW_VENV)/bin/pip install --quiet --no-compile "apache-airflow==$(AIRFLOW_VERSION)" \
 	  "apache-airflow-providers-apache-spark==$(AIRFLOW_SPARK_PROVIDER_VERSION)"
-	$(AIRFLOW_VENV)/bin/pip install --quiet --no-deps -e .
+	$(AIRFLOW_VENV)/bin/pip install --quiet --no-compile --no-deps -e .
 	@touch $(AIRFLOW_STAMP)
 
 airflow-setup: $(AIRFLOW_STAMP)
