@@ -33,9 +33,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # --no-compile: Python compiles a module when it is first imported, and keeps it; pip compiling
-# every module of every package at install took longer than the rest of the install (52 s
-# against 29 s here for .venv, 72 s against 35 s for .venv-airflow, whose modules are mostly
-# never imported)
+# every module of every package was about half of the install (52 s against 29 s here for
+# .venv, 72 s against 35 s for .venv-airflow, whose modules are mostly never imported)
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet --no-compile -e '.[dev]'

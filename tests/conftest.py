@@ -12,7 +12,7 @@ from lakehouse.settings import load_settings
 # The tests' session evaluates expressions without generating code: on their rows (tens to
 # thousands) Spark's code generation cost more than it saved. Generating the source and
 # compiling it with Janino were about a fifth of this JVM's Java samples in a profile (Java
-# Flight Recorder) of tests/test_gold.py, and that file's ten tests took 0.85 of their time
+# Flight Recorder) of tests/test_gold.py, and that file's ten tests took 0.86 of their time
 # without it (medians of two runs each; 0.94 with only whole-stage code generation off).
 # The jobs and commands the tests start (spark-submit, the demo, the fault matrix, the
 # cluster) keep Spark's defaults, which generate code, as the project's sessions do. A test of
