@@ -115,28 +115,26 @@ def test_a_plan_seen_before_is_not_compiled_again_after_a_hundred_others(spark, 
     compile their plans again and again): a query run again after 120 others that generate
     code of their own finds its classes in the cache. (With code generation on, as in the
     project's sessions: the tests' session interprets, tests/conftest.py.)"""
+    from pyspark.sql import functions as F
+
     with (
         spark_conf("spark.sql.codegen.wholeStage", "true"),
         spark_conf("spark.sql.codegen.factoryMode", "FALLBACK"),
     ):
-        _a_plan_seen_before_is_not_compiled_again(spark)
+        compiled = (
+            spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+        )
 
+        def run(i: int) -> int:  # (the literal is part of the generated code)
+            return spark.range(3).select((F.col("id") * 1000 + F.lit(i)).alias("v")).collect()[2].v
 
-def _a_plan_seen_before_is_not_compiled_again(spark):
-    from pyspark.sql import functions as F
-
-    compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
-
-    def run(i: int) -> int:  # (the literal is part of the generated code)
-        return spark.range(3).select((F.col("id") * 1000 + F.lit(i)).alias("v")).collect()[2].v
-
-    assert run(-1) == 1999
-    before = compiled.getCount()
-    assert [run(i) for i in range(120)] == [2000 + i for i in range(120)]
-    assert compiled.getCount() >= before + 120  # each of them compiled its own class
-    again = compiled.getCount()
-    assert run(-1) == 1999
-    assert compiled.getCount() == again
+        assert run(-1) == 1999
+        before = compiled.getCount()
+        assert [run(i) for i in range(120)] == [2000 + i for i in range(120)]
+        assert compiled.getCount() >= before + 120  # each of them compiled its own class
+        again = compiled.getCount()
+        assert run(-1) == 1999
+        assert compiled.getCount() == again
 
 
 def _fake_java(tmp_path, version_line):
