@@ -17,6 +17,8 @@ SQL_SOURCES := jars/sql/pom.xml $(shell find jars/sql/src -type f 2>/dev/null)
 # Apache Kafka's broker (lakehouse kafka start), in a folder of its own: never on Spark's classpath
 KAFKA_JARS_DIR := jars/kafka-lib
 KAFKA_JARS_STAMP := $(KAFKA_JARS_DIR)/.fetched
+# the driver JVM's class archive (lakehouse/class_archive.py), recorded beside the jars
+CLASS_ARCHIVE := $(JARS_DIR)/classes.jsa
 
 AIRFLOW_VENV := .venv-airflow
 AIRFLOW_VERSION := 3.3.2
@@ -80,9 +82,21 @@ $(SQL_JAR): $(JARS_STAMP) $(SQL_SOURCES)
 	  cp jars/sql/target/lakehouse-sql.jar $(SQL_JAR); \
 	fi
 
+# The classes a Spark driver loads, parsed and verified once and mapped by every later driver
+# (Java's class data sharing): recorded by the demo on a few thousand events, about 3 minutes,
+# again when the packages or the jars change. `lakehouse run --layer bronze` on a small lake
+# took 22.5 s with it against 31.3 s (medians of 3). Without Java or the jars it is left out:
+# the drivers then load their classes as before.
+$(CLASS_ARCHIVE): $(STAMP) $(JARS_STAMP) $(SQL_JAR)
+	@if ! command -v java >/dev/null 2>&1 || [ ! -f $(JARS_STAMP) ]; then \
+	  echo "warning: no Java or no jars: the driver JVM's class archive is not recorded"; \
+	else \
+	  $(BIN)/python -m lakehouse.class_archive; \
+	fi
+
 jars: $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR)
 
-setup: $(STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR)
+setup: $(STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR) $(CLASS_ARCHIVE)
 
 # Apache Airflow lives in its own virtual environment (its dependency tree is not ours), with
 # the Apache Spark provider, and the project without its dependencies: the DAG file imports only

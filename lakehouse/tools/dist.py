@@ -66,4 +66,5 @@ def scheduled(settings: Settings) -> Dist:
 
 
 def driver_java_options(dist: Dist, settings: Settings) -> str:
-    return java_options(settings, dist.log4j)
+    # (not this machine's class archive: the folder is run on others)
+    return java_options(settings, dist.log4j, archive=False)
