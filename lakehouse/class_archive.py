@@ -51,11 +51,7 @@ def build(target: Path) -> None:
         log = Path(work) / "demo.log"
         env = {
             **os.environ,
-            # C1 alone: a run of a few minutes is done before C2's code pays back (docs/
-            # operations.md, "The JIT on short runs"); the archive does not depend on the JIT
-            "LAKEHOUSE_DRIVER_JAVA_OPTIONS": (
-                f"-XX:TieredStopAtLevel=1 -XX:ArchiveClassesAtExit={partial}"
-            ),
+            "LAKEHOUSE_DRIVER_JAVA_OPTIONS": f"-XX:ArchiveClassesAtExit={partial}",
             "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON") or sys.executable,
         }
         command = [sys.executable, "-m", "lakehouse", "demo", "--profile", "local"]
