@@ -2,7 +2,7 @@
 folder: ``python -m lakehouse.class_archive`` (``make setup`` runs it once, and again when the
 project's packages or jars change).
 
-A Spark driver loads and verifies about 20,000 classes from jars at every start, a large part of
+A Spark driver loads and verifies about 17,000 classes from jars at every start, a large part of
 what a short command or job costs. Java can keep the classes one run loaded, already parsed and
 verified, in a file that later JVMs map instead (``-XX:ArchiveClassesAtExit``, then
 ``-XX:SharedArchiveFile``). The archive is recorded here by the demo on a few thousand events (one
