@@ -17,7 +17,7 @@ SQL_SOURCES := jars/sql/pom.xml $(shell find jars/sql/src -type f 2>/dev/null)
 # Apache Kafka's broker (lakehouse kafka start), in a folder of its own: never on Spark's classpath
 KAFKA_JARS_DIR := jars/kafka-lib
 KAFKA_JARS_STAMP := $(KAFKA_JARS_DIR)/.fetched
-# the driver JVM's class archive (lakehouse/class_archive.py), recorded beside the jars
+# the driver JVM's class archive (lakehouse/class_archive.py, make class-archive), beside the jars
 CLASS_ARCHIVE := $(JARS_DIR)/classes.jsa
 
 AIRFLOW_VENV := .venv-airflow
@@ -28,7 +28,7 @@ AIRFLOW_SPARK_PROVIDER_VERSION := 6.3.4
 # named after the versions: a venv made before the provider was added gets it at the next make
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed-$(AIRFLOW_VERSION)-spark-$(AIRFLOW_SPARK_PROVIDER_VERSION)
 
-.PHONY: setup jars airflow-setup scheduler demo test test-slow test-e2e test-faults test-matrix test-all lint bench bench-storage check-java clean
+.PHONY: setup jars airflow-setup scheduler demo test test-slow test-e2e test-faults test-matrix test-all lint bench bench-storage check-java class-archive clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 1; }
@@ -83,10 +83,11 @@ $(SQL_JAR): $(JARS_STAMP) $(SQL_SOURCES)
 	fi
 
 # The classes a Spark driver loads, parsed and verified once and mapped by every later driver
-# (Java's class data sharing): recorded by the demo on a few thousand events, about 3 minutes,
-# again when the packages or the jars change. `lakehouse run --layer bronze` on a small lake
-# took 22.5 s with it against 31.3 s (medians of 3). Without Java or the jars it is left out:
-# the drivers then load their classes as before.
+# (Java's class data sharing), for machines that start many short drivers (scheduled runs, the
+# CLI): `make class-archive`, once and again when the packages or the jars change. The demo on a
+# few thousand events records it, about 3 minutes. `lakehouse run --layer bronze` on a small lake
+# took 22.5 s with it against 31.3 s (medians of 3); CI's test steps took as long with it as
+# without, so `make setup` leaves it out. Without Java or the jars it is not recorded.
 $(CLASS_ARCHIVE): $(STAMP) $(JARS_STAMP) $(SQL_JAR)
 	@if ! command -v java >/dev/null 2>&1 || [ ! -f $(JARS_STAMP) ]; then \
 	  echo "warning: no Java or no jars: the driver JVM's class archive is not recorded"; \
@@ -94,9 +95,11 @@ $(CLASS_ARCHIVE): $(STAMP) $(JARS_STAMP) $(SQL_JAR)
 	  $(BIN)/python -m lakehouse.class_archive; \
 	fi
 
+class-archive: setup check-java $(CLASS_ARCHIVE)
+
 jars: $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR)
 
-setup: $(STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR) $(CLASS_ARCHIVE)
+setup: $(STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR)
 
 # Apache Airflow lives in its own virtual environment (its dependency tree is not ours), with
 # the Apache Spark provider, and the project without its dependencies: the DAG file imports only

@@ -1,4 +1,4 @@
-"""Short commands with and without the driver JVM's class archive (``make setup`` records
+"""Short commands with and without the driver JVM's class archive (``make class-archive`` records
 jars/lib/classes.jsa; docs/operations.md, "The class archive").
 
     python bench/class_archive.py [--rounds 3] [--events 2000] [--profile test]
@@ -45,7 +45,7 @@ def main() -> int:
     parser.add_argument("--profile", default="test")
     args = parser.parse_args()
     if not (DEFAULT_JARS_DIR / CLASS_ARCHIVE).is_file():
-        sys.exit(f"error: no {DEFAULT_JARS_DIR / CLASS_ARCHIVE}: run make setup first")
+        sys.exit(f"error: no {DEFAULT_JARS_DIR / CLASS_ARCHIVE}: run make class-archive first")
     seconds: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-class-archive-") as work:
         bare = Path(work) / "jars"  # the same jars, no archive

@@ -1,6 +1,8 @@
 """Build the driver JVM's class archive (Java's class data sharing), ``classes.jsa`` in the jars
-folder: ``python -m lakehouse.class_archive`` (``make setup`` runs it once, and again when the
-project's packages or jars change).
+folder: ``python -m lakehouse.class_archive``, or ``make class-archive`` (again when the project's
+packages or jars change). It is not part of ``make setup``: recording takes about 3 minutes, and
+it pays back where many short drivers start (scheduled runs, the CLI: 0.7 of their time), while
+CI's test steps took as long with it as without (within the machine's swing).
 
 A Spark driver loads and verifies about 17,000 classes from jars at every start, a large part of
 what a short command or job costs. Java can keep the classes one run loaded, already parsed and
@@ -11,7 +13,7 @@ driver the project starts maps it when it is there (``lakehouse.jars.java_option
 cannot use it (another Java, another classpath) loads its classes as before. Delete the file to
 stop using it.
 
-The archive is written under a temporary name by the demo's JVM as it exits, and renamed only
+The archive is written under a temporary name by the recording JVM as it exits, and renamed only
 once that JVM has ended well: Java crashes on a cut-short archive, so no driver may ever see one.
 """
 
@@ -32,8 +34,8 @@ EXIT_WAIT_S = 600  # the JVM writes the archive after Python has exited (about 2
 
 
 def _wait_for_writer(partial: Path, timeout_s: float) -> bool:
-    """True once no process is left whose command line names ``partial`` (the demo's JVM,
-    which lives on after the demo's Python has exited while it writes the archive)."""
+    """True once no process is left whose command line names ``partial`` (the recording JVM,
+    which lives on after its Python has exited while it writes the archive)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = subprocess.run(["pgrep", "-f", str(partial)], capture_output=True)
@@ -43,33 +45,36 @@ def _wait_for_writer(partial: Path, timeout_s: float) -> bool:
     return False
 
 
-def build(target: Path) -> None:
-    """Record the archive at ``target`` (replacing any); raises RuntimeError on failure."""
+def build(target: Path, command: list[str] | None = None) -> None:
+    """Record the archive at ``target`` (replacing any) with the demo, or with ``command`` (a
+    ``lakehouse`` command line whose driver maps the jars folder of ``target``); raises
+    RuntimeError on failure."""
     target.unlink(missing_ok=True)  # a JVM may not write an archive while it maps another
     partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     with tempfile.TemporaryDirectory(prefix="lakehouse-class-archive-") as work:
-        log = Path(work) / "demo.log"
+        log = Path(work) / "record.log"
         env = {
             **os.environ,
             "LAKEHOUSE_DRIVER_JAVA_OPTIONS": f"-XX:ArchiveClassesAtExit={partial}",
             "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON") or sys.executable,
         }
-        command = [sys.executable, "-m", "lakehouse", "demo", "--profile", "local"]
-        command += ["--root", str(Path(work) / "lake"), "--events", str(EVENTS)]
+        if command is None:
+            command = [sys.executable, "-m", "lakehouse", "demo", "--profile", "local"]
+            command += ["--root", str(Path(work) / "lake"), "--events", str(EVENTS)]
         with open(log, "w") as out:
             code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
         ended = _wait_for_writer(partial, EXIT_WAIT_S)
         try:
             if code != 0 or not ended or not partial.is_file():
                 what = (
-                    f"the demo failed (exit code {code})"
+                    f"the recording command failed (exit code {code})"
                     if code != 0
                     else "its JVM did not end"
                     if not ended
                     else "its JVM wrote no archive"
                 )
                 tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-                raise RuntimeError(f"{what}; the demo's last lines:\n{tail}")
+                raise RuntimeError(f"{what}; its last lines:\n{tail}")
             partial.replace(target)
         finally:
             partial.unlink(missing_ok=True)

@@ -19,7 +19,7 @@ DEFAULT_JARS_DIR = PROJECT_DIR / "jars" / "lib"
 DELTA_CLASS = "io.delta.tables.DeltaTable"
 # what jars/sql builds (mvn package), copied into the jars folder by make setup
 SQL_JAR = "lakehouse-sql.jar"
-# the driver JVM's class archive, recorded by make setup (lakehouse.class_archive)
+# the driver JVM's class archive, recorded by make class-archive (lakehouse.class_archive)
 CLASS_ARCHIVE = "classes.jsa"
 
 
@@ -77,7 +77,7 @@ def java_options(settings: Settings, log4j: Path, *, archive: bool = True) -> st
     jars folder when there is one (and ``archive``: not for a folder packed for other machines),
     then the setting ``driver_java_options``.
 
-    The archive (``make setup`` records it) holds the classes a driver loads, parsed and
+    The archive (``make class-archive`` records it) holds the classes a driver loads, parsed and
     verified: mapped, it took ``lakehouse run --layer bronze`` on a small lake 22.5 s against
     31.3 s (medians of 3). A JVM that cannot use it (another Java or classpath) loads its
     classes as before; its one warning saying so is silenced (``-Xlog``), as the archive only
