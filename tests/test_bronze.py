@@ -6,6 +6,7 @@ import datetime as dt
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from bronze.sources import QUARANTINE_TABLE, SOURCES
 from lakehouse.jars import spark_submit_args
 from lakehouse.progress import Progress
 from lakehouse.runner import FlowFailed, run_layers
+from lakehouse.settings import load_settings
 from lakehouse.storage.deltafiles import latest_version
 from lakehouse.storage.store import FAILPOINT_ENV
 from lakehouse.tools import generate as gen
@@ -41,6 +43,22 @@ def _generate(spark, settings, **kwargs) -> dict:
     gen.generate(
         spark, settings.root, params, progress=lambda label: Progress(label, io.StringIO())
     )
+    return json.loads((settings.landing_path() / gen.MANIFEST).read_text())
+
+
+@pytest.fixture(scope="module")
+def landing_600(spark, tmp_path_factory):
+    """The landing files of 600 generated events, made once for the tests that start from them
+    (each copies them into its own lake)."""
+    settings = load_settings("test", overrides={"root": str(tmp_path_factory.mktemp("landing"))})
+    _generate(spark, settings, events=600)
+    return settings.landing_path()
+
+
+def _copy_landing(landing: Path, settings) -> dict:
+    """``landing`` into the test's lake (the files' times, which order them, kept); its
+    manifest."""
+    shutil.copytree(landing, settings.landing_path())
     return json.loads((settings.landing_path() / gen.MANIFEST).read_text())
 
 
@@ -456,8 +474,8 @@ def test_odd_input_has_the_same_outcome_in_bronze_silver_and_verify(spark, setti
     assert [(r.raw, r.reason) for r in bad.itertuples()] == [(q.raw, q.reason) for q in quarantined]
 
 
-def test_rerun_adds_only_the_new_lines(spark, settings, store):
-    first = _generate(spark, settings, events=600)
+def test_rerun_adds_only_the_new_lines(spark, settings, store, landing_600):
+    first = _copy_landing(landing_600, settings)
     _bronze(spark, settings)
     _assert_books_balance(store, first)
     versions = {s: latest_version(store.path(f"bronze.{s}")) for s in SOURCES}
@@ -483,11 +501,11 @@ def test_rerun_adds_only_the_new_lines(spark, settings, store):
     ],
 )
 def test_crash_inside_a_micro_batch_then_rerun_writes_each_row_once(
-    spark, settings, store, monkeypatch, point
+    spark, settings, store, monkeypatch, point, landing_600
 ):
     """The job dies inside a micro-batch; the rerun replays it: a table that has the batch
     skips it (its app transaction is recorded), the others get it, and the books balance."""
-    manifest = _generate(spark, settings, events=600)
+    manifest = _copy_landing(landing_600, settings)
     monkeypatch.setenv(FAILPOINT_ENV, point)
     with pytest.raises(FlowFailed, match=f"flow bronze.events failed: .*failpoint {point}"):
         _bronze(spark, settings, max_files=2)
