@@ -1,8 +1,10 @@
 """Where a run's seconds go, from Spark's event log: per streaming query (and the rest), its
 micro-batches and how Spark split their time, its jobs, tasks, task seconds and the JVM's CPU
-seconds in them.
+seconds in them; or, with ``--timeline``, how the process's wall time splits between
+micro-batches, Spark jobs and neither (a long process of many short queries: a test suite).
 
     python bench/eventlog.py EVENT_LOG [--query PREFIX]
+    python bench/eventlog.py EVENT_LOG --timeline
 
 Turn the log on for a run with ``--conf spark_conf.spark.eventLog.enabled=true --conf
 spark_conf.spark.eventLog.dir=file:///tmp/events`` (``bench/run.py --event-log DIR`` does it
@@ -15,6 +17,13 @@ stateful operators, the sink, a foreachBatch function), ``log`` (walCommit and c
 then the query's Spark ``jobs``, their ``tasks``, the tasks' seconds (``task s``) and the JVM's
 CPU seconds in them (``jvm cpu s``): task seconds well above CPU seconds are spent outside the
 JVM (Python workers, I/O) or waiting for a core.
+
+``--timeline``: the application's wall seconds from its start to its end, split by what ran at
+each moment: some micro-batch of some query (with a Spark job running, or without: planning,
+commits, a foreachBatch function's Python), or none (with a Spark job: batch work such as
+reads or generated data; without: the driver's Python, or nothing at all); then the counts of
+queries started, micro-batches, jobs and tasks, the micro-batches' median and total seconds,
+and the time from each query's start to its first micro-batch.
 """
 
 from __future__ import annotations
@@ -92,6 +101,117 @@ def summarize(path: Path) -> dict[str, Query]:
     return dict(queries)
 
 
+def _ms(stamp: str) -> float:
+    """Milliseconds since the epoch of a progress event's ISO time (``...T01:02:03.456Z``)."""
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000
+
+
+@dataclass
+class Timeline:
+    start_ms: float = 0.0
+    end_ms: float = 0.0
+    queries: int = 0
+    batches: list[float] = field(default_factory=list)  # each micro-batch's seconds
+    empty_batches: int = 0
+    jobs: int = 0
+    tasks: int = 0
+    # (start, end) in ms of each micro-batch and each Spark job
+    batch_spans: list[tuple[float, float]] = field(default_factory=list)
+    job_spans: list[tuple[float, float]] = field(default_factory=list)
+    # seconds from each query's start to the start of its first micro-batch
+    first_batch_waits: list[float] = field(default_factory=list)
+
+    def split(self) -> dict[tuple[bool, bool], float]:
+        """Seconds of the application's span by (some micro-batch running, some job running)."""
+        edges = []  # (time, kind, +1 or -1); ends before starts at the same time
+        for kind, spans in (("batch", self.batch_spans), ("job", self.job_spans)):
+            for start, end in spans:
+                start, end = max(start, self.start_ms), min(end, self.end_ms)
+                if end > start:
+                    edges += [(start, 1, kind), (end, -1, kind)]
+        edges.sort()
+        running = {"batch": 0, "job": 0}
+        out = dict.fromkeys([(b, j) for b in (True, False) for j in (True, False)], 0.0)
+        at = self.start_ms
+        for time, step, kind in edges:
+            out[running["batch"] > 0, running["job"] > 0] += (time - at) / 1000
+            running[kind] += step
+            at = time
+        out[running["batch"] > 0, running["job"] > 0] += (self.end_ms - at) / 1000
+        return out
+
+
+def timeline(path: Path) -> Timeline:
+    found = Timeline()
+    open_jobs: dict[int, float] = {}
+    started: dict[str, float] = {}  # run id: start, until its first micro-batch
+    last = 0.0
+    for event in events(path):
+        kind = event["Event"]
+        if kind == "SparkListenerApplicationStart":
+            found.start_ms = event["Timestamp"]
+        elif kind == "SparkListenerApplicationEnd":
+            found.end_ms = event["Timestamp"]
+        elif kind == "SparkListenerJobStart":
+            found.jobs += 1
+            open_jobs[event["Job ID"]] = event["Submission Time"]
+            last = max(last, event["Submission Time"])
+        elif kind == "SparkListenerJobEnd":
+            start = open_jobs.pop(event["Job ID"], None)
+            if start is not None:
+                found.job_spans.append((start, event["Completion Time"]))
+            last = max(last, event["Completion Time"])
+        elif kind == "SparkListenerTaskEnd":
+            found.tasks += 1
+        elif kind.endswith("QueryStartedEvent"):
+            found.queries += 1
+            started[event["runId"]] = _ms(event["timestamp"])
+        elif kind.endswith("QueryProgressEvent"):
+            progress = event["progress"]
+            start = _ms(progress["timestamp"])
+            if progress["runId"] in started:
+                found.first_batch_waits.append((start - started.pop(progress["runId"])) / 1000)
+            seconds = progress["durationMs"].get("triggerExecution", 0) / 1000
+            found.batch_spans.append((start, start + seconds * 1000))
+            found.batches.append(seconds)
+            rows = sum(s.get("numInputRows") or 0 for s in progress.get("sources") or [])
+            found.empty_batches += not rows
+            last = max(last, start + seconds * 1000)
+    found.end_ms = found.end_ms or last  # (a log cut short: up to its last event)
+    found.job_spans += [(start, found.end_ms) for start in open_jobs.values()]
+    return found
+
+
+def timeline_lines(found: Timeline) -> list[str]:
+    import statistics
+
+    total = (found.end_ms - found.start_ms) / 1000
+    split = found.split()
+    rows = [
+        ("in a micro-batch, a Spark job running", split[True, True]),
+        ("in a micro-batch, no Spark job", split[True, False]),
+        ("no micro-batch, a Spark job running", split[False, True]),
+        ("no micro-batch, no Spark job", split[False, False]),
+    ]
+    lines = [f"{'wall time of the application':42} {total:>9.1f} s"]
+    lines += [f"  {name:40} {s:>9.1f} s {100 * s / total:>5.1f} %" for name, s in rows]
+    median = statistics.median(found.batches) if found.batches else 0.0
+    lines += [
+        f"queries started {found.queries:,}; micro-batches {len(found.batches):,} "
+        f"({found.empty_batches:,} without rows), median {median:.2f} s, "
+        f"sum {sum(found.batches):,.1f} s; Spark jobs {found.jobs:,}, tasks {found.tasks:,}"
+    ]
+    if found.first_batch_waits:
+        waits = found.first_batch_waits
+        lines.append(
+            f"from a query's start to its first micro-batch: median "
+            f"{statistics.median(waits):.2f} s, sum {sum(waits):,.1f} s ({len(waits):,} queries)"
+        )
+    return lines
+
+
 def table(queries: dict[str, Query], prefix: str = "") -> list[str]:
     header = (
         f"{'query':34} {'batches':>9} {'offsets':>8} {'plan':>7} {'batch':>8} {'log':>6} "
@@ -125,9 +245,17 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("log", type=Path, help="an event log file, or a rolling log's folder")
     parser.add_argument("--query", default="", help="only queries whose name starts so")
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="the wall time split by what ran: micro-batches, Spark jobs, neither",
+    )
     args = parser.parse_args(argv)
     if not args.log.exists():
         parser.error(f"no event log at {args.log}")
+    if args.timeline:
+        print("\n".join(timeline_lines(timeline(args.log))))
+        return 0
     print("\n".join(table(summarize(args.log), args.query)))
     return 0
 
