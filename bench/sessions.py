@@ -128,12 +128,13 @@ def _profile(once, folder: Path) -> None:
 
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    original = sessions_custom.SessionProcessor
-    sessions_custom.SessionProcessor = _profiled(original, str(folder))
+    original = sessions_custom.PROCESSOR
+    # (every handler, from the start: the driver's init worker then imports the flow's module)
+    sessions_custom.PROCESSOR = _profiled(sessions_custom.SessionProcessor, str(folder))
     try:
         elapsed, _ = once("gold.sessions_custom")
     finally:
-        sessions_custom.SessionProcessor = original
+        sessions_custom.PROCESSOR = original
     dumps = sorted(str(p) for p in folder.glob("*.prof"))
     print(f"profiled run: {elapsed:.1f} s; {len(dumps)} worker profiles")
     if dumps:

@@ -43,7 +43,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -56,6 +55,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from gold import processors
+from gold.processors import MAX_PAGES
 from gold.sessions import SCHEMA as SESSIONS_SCHEMA
 from lakehouse.contract import EVENT_TYPES
 from lakehouse.flows import Flow, Output, Reference, TableInput, Upsert
@@ -66,8 +67,10 @@ TABLE = "gold.sessions_custom"
 STATS_TABLE = "gold.session_stats_hourly"
 _PURCHASE = EVENT_TYPES.index("purchase")
 GAP = "15 minutes"
-MAX_PAGES = 50
 BUCKETS = 64
+# the processor class a query pickles: gold.processors' (Spark's driver unpickles it at every
+# query start, without this module's imports); bench/sessions.py puts a profiled one here
+PROCESSOR = processors.SessionProcessor
 
 # what a session holds beyond gold.sessions' columns, in the table and in the seed
 _PAGES = [
@@ -101,24 +104,6 @@ SEED_SCHEMA = StructType(
     ]
 )
 
-# The state holds its columns as Arrow IPC bytes: PySpark pickles a state value field by
-# field and walks every element of a list, which cost more than the rest of the processor;
-# one binary field per value is one opaque blob to pickle.
-_SESSION_STATE = StructType(
-    [
-        # the open sessions' summaries: one Arrow record batch with the _FIELDS columns (null
-        # while none is open)
-        StructField("sessions", BinaryType()),
-        StructField("timer", LongType()),  # the one event-time timer registered
-        # the watermark of the bucket's last call: the next call drops rows at or behind it
-        StructField("watermark", LongType()),
-    ]
-)
-# one element per bucket and micro-batch: the visits worth listing, (user, time, page)
-_PAGE_RUN = StructType([StructField("visits", BinaryType())])
-_TYPE_KEY = StructType([StructField("event_type", StringType())])
-# per event type, int64 counts aligned with the open sessions
-_COUNTS = StructType([StructField("counts", BinaryType())])
 _MS = 1000
 _US_PER_MS = 1000
 _NS_PER_MS = 1_000_000
@@ -333,19 +318,12 @@ def _worth_listing(
     return (rank + sessions.listed[group] < max_pages) | (times < sessions.listed_until[group])
 
 
-class SessionProcessor(StatefulProcessor):
+class SessionProcessor(processors.SessionProcessor):
     """Sessionizes the events of a bucket of users with event-time timers (see the module
-    docstring). The grouping key is the bucket; the rows carry ``user_id``."""
-
-    def __init__(self, gap_ms: int, max_pages: int = MAX_PAGES):
-        self.gap_ms = gap_ms
-        self.max_pages = max_pages
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.handle = handle
-        self.session = handle.getValueState("session", _SESSION_STATE)
-        self.pages = handle.getListState("pages", _PAGE_RUN)
-        self.counts = handle.getMapState("counts", _TYPE_KEY, _COUNTS)
+    docstring). The grouping key is the bucket; the rows carry ``user_id``. Its state
+    variables are declared by its base class, which is what a query pickles (so that Spark's
+    driver reads them without this module's imports: :mod:`gold.processors`); a processor
+    becomes this class at its first handler call."""
 
     # -- state <-> working form: one call per variable ---------------------------------------
 
@@ -511,9 +489,6 @@ class SessionProcessor(StatefulProcessor):
             }
         )
 
-    def close(self) -> None:
-        pass
-
 
 def _ms(column: pd.Series) -> np.ndarray:
     return column.to_numpy(dtype="datetime64[ns]").astype(np.int64) // _NS_PER_MS
@@ -534,7 +509,7 @@ def custom_sessions(
     initial_state: DataFrame | None = None,
 ) -> DataFrame:
     """Sessions from the processor, each in the micro-batch whose watermark closes it."""
-    processor = SessionProcessor(duration_seconds(gap) * _MS, max_pages)
+    processor = PROCESSOR(duration_seconds(gap) * _MS, max_pages)
     seed = None
     if initial_state is not None:
         seed = initial_state.select(bucket(buckets), *SEED_SCHEMA.fieldNames()).groupBy("bucket")
