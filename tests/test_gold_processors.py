@@ -7,13 +7,20 @@ end of a micro-batch.
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from gold.sessions_custom import SessionProcessor, pack_frame, state_columns
+# the class a query pickles: its handlers come from gold.sessions_custom at its first call
+from gold.processors import SessionProcessor
+from gold.sessions_custom import pack_frame, state_columns
+
+PROJECT = Path(__file__).resolve().parents[1]
 
 T = pd.Timestamp("2026-01-05 10:00")
 MINUTE = 60_000
@@ -84,6 +91,18 @@ def _open(tester, column, key=7):
 
 def _rows(frame):
     return frame.to_dict("records")
+
+
+def test_the_processors_spark_unpickles_on_the_driver_import_no_numpy_pandas_or_flow():
+    """At every query start Spark's driver unpickles the processor in a Python process of its
+    own, only to run ``init``: the module of the processors' classes imports none of what
+    their handlers need (numpy, pandas, pyarrow) nor the flows' modules."""
+    heavy = ("numpy", "pandas", "pyarrow", "gold.sessions_custom", "gold.purchase_alerts")
+    code = f"import sys, gold.processors; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    found = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PROJECT
+    )
+    assert found.stdout.strip() == "[]"
 
 
 def test_a_session_across_batches_closes_when_the_watermark_reaches_its_end():
