@@ -4,7 +4,7 @@ seconds in them; or, with ``--timeline``, how the process's wall time splits bet
 micro-batches, Spark jobs and neither (a long process of many short queries: a test suite).
 
     python bench/eventlog.py EVENT_LOG [--query PREFIX]
-    python bench/eventlog.py EVENT_LOG --timeline
+    python bench/eventlog.py EVENT_LOG [EVENT_LOG ...] --timeline
 
 Turn the log on for a run with ``--conf spark_conf.spark.eventLog.enabled=true --conf
 spark_conf.spark.eventLog.dir=file:///tmp/events`` (``bench/run.py --event-log DIR`` does it
@@ -23,7 +23,9 @@ each moment: some micro-batch of some query (with a Spark job running, or withou
 commits, a foreachBatch function's Python), or none (with a Spark job: batch work such as
 reads or generated data; without: the driver's Python, or nothing at all); then the counts of
 queries started, micro-batches, jobs and tasks, the micro-batches' median and total seconds,
-and the time from each query's start to its first micro-batch.
+the time from the application's start to its first query and from each query's start to its
+first micro-batch. Several logs (the processes a command started): a line per application,
+then the sums.
 """
 
 from __future__ import annotations
@@ -110,8 +112,10 @@ def _ms(stamp: str) -> float:
 
 @dataclass
 class Timeline:
+    name: str = ""  # the application's name and id
     start_ms: float = 0.0
     end_ms: float = 0.0
+    first_query_ms: float | None = None  # the first query's start
     queries: int = 0
     batches: list[float] = field(default_factory=list)  # each micro-batch's seconds
     empty_batches: int = 0
@@ -152,6 +156,7 @@ def timeline(path: Path) -> Timeline:
         kind = event["Event"]
         if kind == "SparkListenerApplicationStart":
             found.start_ms = event["Timestamp"]
+            found.name = f"{event.get('App Name', '?')} ({event.get('App ID', '?')})"
         elif kind == "SparkListenerApplicationEnd":
             found.end_ms = event["Timestamp"]
         elif kind == "SparkListenerJobStart":
@@ -168,6 +173,8 @@ def timeline(path: Path) -> Timeline:
         elif kind.endswith("QueryStartedEvent"):
             found.queries += 1
             started[event["runId"]] = _ms(event["timestamp"])
+            if found.first_query_ms is None:
+                found.first_query_ms = started[event["runId"]]
         elif kind.endswith("QueryProgressEvent"):
             progress = event["progress"]
             start = _ms(progress["timestamp"])
@@ -184,32 +191,56 @@ def timeline(path: Path) -> Timeline:
     return found
 
 
-def timeline_lines(found: Timeline) -> list[str]:
+def timeline_lines(found: list[Timeline]) -> list[str]:
+    """The split of one application's wall time; of several (each process a command started),
+    one line each, then their sums (process seconds: they may overlap)."""
     import statistics
 
-    total = (found.end_ms - found.start_ms) / 1000
-    split = found.split()
+    lines = []
+    if len(found) > 1:
+        for one in sorted(found, key=lambda t: t.start_ms):
+            wall = (one.end_ms - one.start_ms) / 1000
+            lines.append(
+                f"{one.name[:60]:60} wall {wall:>7.1f} s, to its first query "
+                f"{_to_first_query(one):>6.1f} s, {len(one.batches):>4} micro-batches "
+                f"{sum(one.batches):>7.1f} s"
+            )
+    total = sum((t.end_ms - t.start_ms) / 1000 for t in found)
+    split = {k: sum(t.split()[k] for t in found) for k in found[0].split()}
     rows = [
         ("in a micro-batch, a Spark job running", split[True, True]),
         ("in a micro-batch, no Spark job", split[True, False]),
         ("no micro-batch, a Spark job running", split[False, True]),
         ("no micro-batch, no Spark job", split[False, False]),
     ]
-    lines = [f"{'wall time of the application':42} {total:>9.1f} s"]
+    what = "wall time of the application" if len(found) == 1 else f"of {len(found)} applications"
+    lines.append(f"{what:42} {total:>9.1f} s")
     lines += [f"  {name:40} {s:>9.1f} s {100 * s / total:>5.1f} %" for name, s in rows]
-    median = statistics.median(found.batches) if found.batches else 0.0
+    lines.append(
+        f"  {'from the start to the first query':40} "
+        f"{sum(_to_first_query(t) for t in found):>9.1f} s"
+    )
+    batches = [b for t in found for b in t.batches]
+    median = statistics.median(batches) if batches else 0.0
     lines += [
-        f"queries started {found.queries:,}; micro-batches {len(found.batches):,} "
-        f"({found.empty_batches:,} without rows), median {median:.2f} s, "
-        f"sum {sum(found.batches):,.1f} s; Spark jobs {found.jobs:,}, tasks {found.tasks:,}"
+        f"queries started {sum(t.queries for t in found):,}; micro-batches {len(batches):,} "
+        f"({sum(t.empty_batches for t in found):,} without rows), median {median:.2f} s, "
+        f"sum {sum(batches):,.1f} s; Spark jobs {sum(t.jobs for t in found):,}, "
+        f"tasks {sum(t.tasks for t in found):,}"
     ]
-    if found.first_batch_waits:
-        waits = found.first_batch_waits
+    waits = [w for t in found for w in t.first_batch_waits]
+    if waits:
         lines.append(
             f"from a query's start to its first micro-batch: median "
             f"{statistics.median(waits):.2f} s, sum {sum(waits):,.1f} s ({len(waits):,} queries)"
         )
     return lines
+
+
+def _to_first_query(found: Timeline) -> float:
+    """Seconds from the application's start to its first query's (all of it without one)."""
+    end = found.end_ms if found.first_query_ms is None else found.first_query_ms
+    return (end - found.start_ms) / 1000
 
 
 def table(queries: dict[str, Query], prefix: str = "") -> list[str]:
@@ -243,7 +274,12 @@ def table(queries: dict[str, Query], prefix: str = "") -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("log", type=Path, help="an event log file, or a rolling log's folder")
+    parser.add_argument(
+        "log",
+        type=Path,
+        nargs="+",
+        help="an event log file, or a rolling log's folder (several with --timeline)",
+    )
     parser.add_argument("--query", default="", help="only queries whose name starts so")
     parser.add_argument(
         "--timeline",
@@ -251,12 +287,15 @@ def main(argv=None) -> int:
         help="the wall time split by what ran: micro-batches, Spark jobs, neither",
     )
     args = parser.parse_args(argv)
-    if not args.log.exists():
-        parser.error(f"no event log at {args.log}")
+    for log in args.log:
+        if not log.exists():
+            parser.error(f"no event log at {log}")
     if args.timeline:
-        print("\n".join(timeline_lines(timeline(args.log))))
+        print("\n".join(timeline_lines([timeline(log) for log in args.log])))
         return 0
-    print("\n".join(table(summarize(args.log), args.query)))
+    if len(args.log) > 1:
+        parser.error("one event log at a time, but with --timeline")
+    print("\n".join(table(summarize(args.log[0]), args.query)))
     return 0
 
 
