@@ -157,6 +157,7 @@ def timeline(path: Path) -> Timeline:
         if kind == "SparkListenerApplicationStart":
             found.start_ms = event["Timestamp"]
             found.name = f"{event.get('App Name', '?')} ({event.get('App ID', '?')})"
+            last = max(last, found.start_ms)
         elif kind == "SparkListenerApplicationEnd":
             found.end_ms = event["Timestamp"]
         elif kind == "SparkListenerJobStart":
@@ -175,6 +176,7 @@ def timeline(path: Path) -> Timeline:
             started[event["runId"]] = _ms(event["timestamp"])
             if found.first_query_ms is None:
                 found.first_query_ms = started[event["runId"]]
+            last = max(last, started[event["runId"]])
         elif kind.endswith("QueryProgressEvent"):
             progress = event["progress"]
             start = _ms(progress["timestamp"])
@@ -186,7 +188,8 @@ def timeline(path: Path) -> Timeline:
             rows = sum(s.get("numInputRows") or 0 for s in progress.get("sources") or [])
             found.empty_batches += not rows
             last = max(last, start + seconds * 1000)
-    found.end_ms = found.end_ms or last  # (a log cut short: up to its last event)
+    # (a log cut short, its process killed: up to its last event with a time)
+    found.end_ms = found.end_ms or last
     found.job_spans += [(start, found.end_ms) for start in open_jobs.values()]
     return found
 
