@@ -129,7 +129,7 @@ class Timeline:
 
     def split(self) -> dict[tuple[bool, bool], float]:
         """Seconds of the application's span by (some micro-batch running, some job running)."""
-        edges = []  # (time, kind, +1 or -1); ends before starts at the same time
+        edges = []  # (time, +1 or -1, kind): sorted, ends come before starts at one time
         for kind, spans in (("batch", self.batch_spans), ("job", self.job_spans)):
             for start, end in spans:
                 start, end = max(start, self.start_ms), min(end, self.end_ms)
@@ -209,7 +209,8 @@ def timeline_lines(found: list[Timeline]) -> list[str]:
                 f"{sum(one.batches):>7.1f} s"
             )
     total = sum((t.end_ms - t.start_ms) / 1000 for t in found)
-    split = {k: sum(t.split()[k] for t in found) for k in found[0].split()}
+    splits = [t.split() for t in found]
+    split = {k: sum(one[k] for one in splits) for k in splits[0]}
     rows = [
         ("in a micro-batch, a Spark job running", split[True, True]),
         ("in a micro-batch, no Spark job", split[True, False]),
