@@ -9,7 +9,15 @@ from collections import Counter
 
 import pandas as pd
 
-from lakehouse.proof.verify import compare, parse_line, row_books, run_verify
+from lakehouse.proof.verify import (
+    _file_lines,
+    all_equal_line,
+    compare,
+    parse_line,
+    print_checks,
+    row_books,
+    run_verify,
+)
 from lakehouse.runner.monitoring import Drops
 
 GOOD = (
@@ -70,6 +78,41 @@ def test_compare_reports_missing_unexpected_and_differing_rows():
     assert check.differing == [((2, 2.0), (2, 2.5))]
     assert not check.ok
     assert compare("t", expected, expected.iloc[::-1], ["k", "v"], ["k"]).ok
+
+
+def test_a_table_empty_on_both_sides_is_reported_empty_not_ok():
+    """An empty table equals an empty reference and proves nothing: verify says so in its
+    line and its last line, which names it (the tests' proof then fails on it)."""
+    full = compare("t.full", pd.DataFrame({"k": [1]}), pd.DataFrame({"k": [1]}), ["k"], ["k"])
+    empty = compare("t.empty", pd.DataFrame({"k": []}), pd.DataFrame(), ["k"], ["k"])
+    assert (full.status, empty.status) == ("ok", "empty")
+    assert empty.ok and empty.same  # nothing differs: verify still exits 0
+    out = io.StringIO()
+    print_checks([full, empty], out)
+    assert [line.split()[:7] for line in out.getvalue().splitlines()[1:3]] == [
+        ["t.full", "1", "1", "0", "0", "0", "ok"],
+        ["t.empty", "0", "0", "0", "0", "0", "empty"],
+    ]
+    assert all_equal_line([full, empty]) == (
+        "verify: all 2 tables equal the reference; 1 of them empty on both sides, nothing "
+        "compared: t.empty"
+    )
+    assert all_equal_line([full]) == "verify: all 1 tables equal the reference"
+
+
+def test_landing_lines_end_and_are_too_long_as_hadoop_reads_them():
+    """The reference's own line splitting: lines end at \\r\\n, \\r or \\n; a line whose
+    bytes with its end reach the limit is unread (a byte-order mark starting the file not
+    counted), and so is a last line without an end that reaches it."""
+    data = b"\xef\xbb\xbfabc\r\nabcde\rab\n\nabcdef"
+    lines = [(line.text, line.size, line.unread) for line in _file_lines("f", data, 6)]
+    assert lines == [
+        ("abc", 3, False),  # 3 bytes and 2 of line end: 5, under 6
+        (None, 5, True),  # 5 and 1: 6
+        ("ab", 2, False),
+        ("", 0, False),
+        (None, 6, True),
+    ]
 
 
 def test_row_books_find_each_bronze_row_one_place():
@@ -262,7 +305,7 @@ def test_verify_before_any_layer_ran_reports_the_missing_rows_not_a_traceback(tm
     assert rows["bronze.events"][:6] == ["1", "0", "1", "0", "0", "DIFFERENT"]
     # (the pair i1-c1 is missing and neither side is a late row kept: not the late data's)
     assert rows["silver.ad_attribution"][:6] == ["1", "0", "1", "0", "0", "DIFFERENT"]
-    assert rows["gold.sessions"][:6] == ["0", "0", "0", "0", "0", "ok"]
+    assert rows["gold.sessions"][:6] == ["0", "0", "0", "0", "0", "empty"]
     assert report[-1] == (
         "verify: 5 table(s) differ from the reference: bronze.events, bronze.impressions, "
         "bronze.clicks, silver.events, silver.ad_attribution"
