@@ -61,7 +61,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         default=defaults.conversion,
         help="share of sessions (of 4 or more events) that end in purchases (default %(default)s)",
     )
-    for name in ("duplicate", "disorder", "late", "malformed"):
+    for name in ("duplicate", "disorder", "late", "malformed", "invalid"):
         key = f"{name}_fraction"
         p.add_argument(
             f"--{name}-fraction",
@@ -140,6 +140,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         disorder_fraction=args.disorder_fraction,
         late_fraction=args.late_fraction,
         malformed_fraction=args.malformed_fraction,
+        invalid_fraction=args.invalid_fraction,
         conversion=args.conversion,
     )
     gen.Landing(settings.root)  # an unwritable root fails here, before Spark starts

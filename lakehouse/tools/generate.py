@@ -62,7 +62,9 @@ TYPED_REQUIRED = {
 # QUARANTINED are the ones bronze must send to bronze.quarantine (an unknown extra field is kept,
 # with the field in the rescued-data column).
 MALFORMED = ("malformed_json", "missing_field", "wrong_type", "unknown_field", "empty_line")
-FAULTS = ("duplicate", "disorder", "late", *MALFORMED)
+# invalid: a well-formed record that breaks one of silver's drop rules (bronze keeps it, silver
+# quarantines it), off unless --invalid-fraction says so
+FAULTS = ("duplicate", "disorder", "late", *MALFORMED, "invalid")
 QUARANTINED = ("malformed_json", "missing_field", "wrong_type", "empty_line")
 _KIND = {name: code for code, name in enumerate(("none", *FAULTS))}
 
@@ -97,6 +99,7 @@ class GenerateParams:
     disorder_fraction: float = 0.05
     late_fraction: float = 0.002
     malformed_fraction: float = 0.005
+    invalid_fraction: float = 0.0  # well-formed records that break a rule of silver's
     # sessions of 4 or more events that end in a checkout (1 to 4 purchases)
     conversion: float = 0.035
     watermarks: dict[str, str] = field(
@@ -125,7 +128,7 @@ class GenerateParams:
             raise GenerateError(f"--hours must be more than 0; got {self.hours}")
         if not self.file_minutes > 0:
             raise GenerateError(f"--file-minutes must be more than 0; got {self.file_minutes}")
-        for name in ("duplicate", "disorder", "late", "malformed"):
+        for name in ("duplicate", "disorder", "late", "malformed", "invalid"):
             value = getattr(self, f"{name}_fraction")
             if not 0 <= value < 1:
                 raise GenerateError(f"--{name}-fraction must be in [0, 1); got {value}")
@@ -784,7 +787,10 @@ def inject_faults(
       micro-batch boundary falls between it and the events that arrived before it;
     - duplicate: an exact copy of a well-formed record, resent 1 s to half the watermark after
       the original arrived, so it is always within the deduplication state;
-    - malformed: the line is corrupted in one of the MALFORMED ways (arrives on time).
+    - malformed: the line is corrupted in one of the MALFORMED ways (arrives on time);
+    - invalid: a well-formed record, on time, that breaks a drop rule of silver's
+      (:func:`break_rule`), drawn from a generator of its own among the records left clean,
+      so that the other faults of a seed are the same with it or without.
     """
     n = len(lines)
     wm = params.watermark_ms(source)
@@ -816,7 +822,30 @@ def inject_faults(
         text[originals].copy(),
         np.full(n_dup, _KIND["duplicate"], np.int8),
     )
+    if params.invalid_fraction:
+        # (spawned: the draws above are the same with invalid records or without)
+        own = np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0])
+        clean = np.setdiff1d(perm[bounds[3] :], originals)
+        picked = own.choice(clean, min(len(clean), round(n * params.invalid_fraction)), False)
+        for index in picked:
+            text[index] = break_rule(source, text[index], own)
+            kinds[index] = _KIND["invalid"]
     return Landed(arrival, text, kinds).extend(dup)
+
+
+def break_rule(source: str, line: str, rng: np.random.Generator) -> str:
+    """A well-formed record that one of silver's drop rules quarantines (silver/rules): an
+    event of an unknown type or a purchase without an amount, an impression or a click before
+    2000."""
+    record = json.loads(line)
+    if source == "events":
+        if rng.random() < 0.5:
+            record["event_type"] = "refund"
+        else:
+            record["event_type"], record["amount"] = "purchase", None
+    else:
+        record[f"{source[:-1]}_time"] = "1999-12-31T23:59:59.000Z"
+    return json.dumps(record, separators=(",", ":"))
 
 
 _WRONG_VALUES = {
@@ -1254,9 +1283,12 @@ def follow(
     ticks: int = 0,
     out=sys.stderr,
     sink: KafkaSink | None = None,
+    clock=time,
 ) -> dict[str, Any]:
     """Every ``interval_s`` seconds, write one small file per source with current event times
     (``rate`` events per second), until ``ticks`` files were written (0: until interrupted).
+    ``clock``: what tells the time and waits (``time()`` and ``sleep(s)``: the time module; a
+    test's clock moves only when waited on).
 
     Records are built ahead (:class:`FollowStream`). A tick takes the records whose event time
     has come and gives them their faults. Lines whose arrival time lies in the future
@@ -1281,7 +1313,7 @@ def follow(
     }
     landing.record_run(entry)
     outbox = _Outbox(landing, sink, entry)
-    window_start = int(time.time() * 1000)
+    window_start = int(clock.time() * 1000)
     tick = 0
     stream = FollowStream(
         spark,
@@ -1294,8 +1326,8 @@ def follow(
     try:
         while ticks == 0 or tick < ticks:
             deadline = window_start + interval_s * 1000
-            time.sleep(max(0.0, deadline / 1000 - time.time()))
-            now = int(time.time() * 1000)
+            clock.sleep(max(0.0, deadline / 1000 - clock.time()))
+            now = int(clock.time() * 1000)
             stream.build(now + int(interval_s * 1000))  # the next tick's records too
             n = 0
             for source in SOURCES:
