@@ -87,6 +87,23 @@ def spark_conf(spark):
 
 
 @pytest.fixture
+def generated_code(spark_conf):
+    """``with generated_code():`` runs its block with Spark's code generation (whole-stage and
+    expressions), as the project's jobs run, instead of the session's :data:`INTERPRETED`: for
+    the suite that checks every layer's results on the paths production takes."""
+
+    @contextlib.contextmanager
+    def on():
+        with (
+            spark_conf("spark.sql.codegen.wholeStage", "true"),
+            spark_conf("spark.sql.codegen.factoryMode", "FALLBACK"),
+        ):
+            yield
+
+    return on
+
+
+@pytest.fixture
 def shuffle_partitions(spark_conf):
     """``with shuffle_partitions(n):`` runs its block with ``n`` shuffle partitions."""
     return lambda n: spark_conf("spark.sql.shuffle.partitions", str(n))

@@ -1,16 +1,18 @@
 """The kill -9 fault matrix (invariant 3): the three layers run as separate ``spark-submit``
-processes, each killed with SIGKILL again and again (seeded moments: some at a random time, some
-right after a table commit, while the micro-batch is still being committed), restarted from its
-checkpoint, and finally let finish; ``lakehouse maintain`` is killed the same way during its
-compaction and vacuum of the tables the gold job is reading. Then ``lakehouse verify`` must find
-every table equal to its batch computation from the landing files: no row lost, none written
-twice, nothing corrupted."""
+processes, each killed with SIGKILL again and again, restarted from its checkpoint, and finally
+let finish; ``lakehouse maintain`` is killed the same way during its compaction and vacuum of the
+tables the gold job is reading. Then ``lakehouse verify`` must find every table equal to its
+batch computation from the landing files, none of them empty: no row lost, none written twice,
+nothing corrupted.
+
+Each kill comes at a mark the job leaves on disk (seeded which one), not at a moment of the
+clock, so that a run proves the same on a fast machine and a slow one. CI runs each kind of kill
+point once on a small lake; ``make test-all`` runs each twice on a larger one."""
 
 from __future__ import annotations
 
 import contextlib
 import io
-import math
 import os
 import signal
 import subprocess
@@ -21,14 +23,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from verify_helpers import ALL_EQUAL
+from verify_helpers import generate_closed, verify_all_equal
 
 from lakehouse import checkpoints
 from lakehouse.jars import spark_submit_args
 from lakehouse.ops.maintain import lake_tables
 from lakehouse.ops.status import read_table
 from lakehouse.progress import Progress
-from lakehouse.proof.verify import run_verify
 from lakehouse.runner import layer_flows, run_flows, run_layers
 from lakehouse.runner.switch import MARKER
 from lakehouse.settings import load_settings
@@ -37,8 +38,16 @@ from lakehouse.tools import generate as gen
 pytestmark = pytest.mark.faults
 
 PROJECT = Path(__file__).resolve().parents[1]
-KILLS_PER_LAYER = 4  # 12 kills in all
-MAINTAIN_KILLS = 3  # tries of `lakehouse maintain` beside gold, each killed unless done by then
+# The kinds of kill point of a layer's job, by what the kill cuts:
+#   planned: right after the run's k-th new offsets file: a micro-batch planned, its tables
+#     being computed and written
+#   committed: right after the run's k-th new table version or checkpoint commit: a micro-batch
+#     mid-commit (one table written, the others or the checkpoint not yet)
+LAYER_KILLS = ("planned", "committed")
+# ... and of `lakehouse maintain` beside gold: right after its first commit (an OPTIMIZE done,
+# the next step under way), right after a later one, and at its first new file (data or log:
+# a step being written, or done if the commit came within the same poll)
+MAINTAIN_KILLS = ("first commit", "later commit", "first file")
 UPSTREAM = ("bronze", "silver")  # the layers whose tables maintain compacts beside gold
 # landing files (bronze), table versions (silver, gold) per micro-batch of the runs killed:
 # bronze and silver one, for many commits to be killed in; gold, whose eight flows share the
@@ -91,6 +100,15 @@ def _commits(root: Path, layer: str) -> int:
     return tables + len(list((root / "checkpoints" / layer).glob("*/commits/[0-9]*")))
 
 
+def _planned(root: Path, layer: str) -> int:
+    """Micro-batches the layer's flows planned so far (their offsets files)."""
+    return len(list((root / "checkpoints" / layer).glob("*/offsets/[0-9]*")))
+
+
+# each kind's mark, and the bounds of the seeded k (the k-th new mark of the run)
+MARKS = {"planned": (_planned, 1, 4), "committed": (_commits, 1, 6)}
+
+
 def _kill(process: subprocess.Popen) -> None:
     """SIGKILL the job and everything it started (JVM, Python workers)."""
     with contextlib.suppress(ProcessLookupError):
@@ -99,25 +117,26 @@ def _kill(process: subprocess.Popen) -> None:
 
 
 def _run_killed(
-    layer: str, root: Path, rng: np.random.Generator, log, kills: list, conf: tuple = ()
+    layer: str,
+    root: Path,
+    rng: np.random.Generator,
+    log,
+    kills: list,
+    conf: tuple = (),
+    moments: tuple[str, ...] = LAYER_KILLS,
 ) -> None:
-    for attempt in range(KILLS_PER_LAYER):
+    """Run ``layer``'s job once per kill of ``moments`` (kinds of MARKS), each killed with
+    SIGKILL at its mark; then once more to its end."""
+    for attempt, moment in enumerate(moments):
         log.flush()
         start = os.path.getsize(log.name)
         process = _submit(layer, root, log, conf=conf)
-        if attempt % 2 == 0:
-            # at a random moment: starting up, planning, reading, writing, committing
-            deadline = time.monotonic() + rng.uniform(8.0, 40.0)
-            while time.monotonic() < deadline and process.poll() is None:
-                time.sleep(0.05)
-            moment = "random"
-        else:
-            # right after the n-th commit of this run: its micro-batch is mid-commit (a table
-            # written, the others or the checkpoint not yet)
-            target = _commits(root, layer) + int(rng.integers(1, 6))
-            while _commits(root, layer) < target and process.poll() is None:
-                time.sleep(0.01)
-            moment = "after a commit"
+        mark, low, high = MARKS[moment]
+        target = mark(root, layer) + int(rng.integers(low, high))
+        deadline = time.monotonic() + 900
+        while mark(root, layer) < target and process.poll() is None:
+            assert time.monotonic() < deadline, f"{layer} reached no {moment} mark in 15 min"
+            time.sleep(0.01)
         if process.poll() is not None:
             if process.returncode != 0:
                 excerpt = _excerpt(Path(log.name), start)
@@ -153,11 +172,10 @@ def _lakehouse(args: list[str], root: Path, log) -> subprocess.Popen:
 class _MaintainKilled(threading.Thread):
     """``lakehouse maintain`` (compaction, vacuum with 0 hours' retention, log checkpoint) of
     the bronze and silver tables, run beside the gold job that reads them: killed with
-    SIGKILL at a random moment of its work, right after its n-th commit (an OPTIMIZE, a VACUUM
-    START or END: the next step under way), at a random moment from its start, then let finish; once gold is done, the
-    whole lake once more (gold's own tables and the ops tables, which the job writes, are
-    locked until then). It starts when every gold flow has read, so that no gold flow starts
-    from a compacted snapshot, whose files are not in event-time order."""
+    SIGKILL at each of MAINTAIN_KILLS, then let finish; once gold is done, the whole lake once
+    more (gold's own tables and the ops tables, which the job writes, are locked until then).
+    It starts when every gold flow has read, so that no gold flow starts from a compacted
+    snapshot, whose files are not in event-time order."""
 
     def __init__(self, settings, rng: np.random.Generator, log: Path):
         super().__init__(daemon=True)
@@ -174,6 +192,10 @@ class _MaintainKilled(threading.Thread):
     def _commits(self) -> int:
         tables = self.root / "tables"
         return sum(len(list(tables.glob(f"{layer}/*/_delta_log/*.json"))) for layer in UPSTREAM)
+
+    def _files(self) -> int:
+        tables = self.root / "tables"
+        return sum(len(list(tables.glob(f"{layer}/**/*.*"))) for layer in UPSTREAM)
 
     def stop(self) -> None:
         """Kill the maintain process still running, if any (the test failed or timed out)."""
@@ -195,22 +217,17 @@ class _MaintainKilled(threading.Thread):
                 if self.gold_done.wait(0.2):
                     break
             with open(self.log, "w") as handle:
-                for attempt in range(MAINTAIN_KILLS):
-                    start = self._commits()
+                for moment in MAINTAIN_KILLS:
+                    start, files = self._commits(), self._files()
                     process = self._start(self._upstream(), handle)
-                    # at a random moment of its work (from its first commit on), right after
-                    # its n-th commit, at a random moment from its start (it may be starting)
-                    moment = ("during", "after a commit", "random")[attempt % 3]
-                    first = 1 if moment == "during" else int(self.rng.integers(1, 8))
-                    deadline = math.inf
+                    first = int(self.rng.integers(2, 8)) if moment == "later commit" else 1
+                    deadline = time.monotonic() + 900
                     while process.poll() is None:
-                        if moment == "random" and deadline == math.inf:
-                            deadline = time.monotonic() + self.rng.uniform(6.0, 40.0)
-                        if self._commits() >= start + first and deadline == math.inf:
-                            wait = self.rng.uniform(0.0, 8.0) if moment == "during" else 0.0
-                            deadline = time.monotonic() + wait
-                        if time.monotonic() >= deadline:
+                        if moment == "first file" and self._files() > files:
                             break
+                        if moment != "first file" and self._commits() >= start + first:
+                            break
+                        assert time.monotonic() < deadline, f"maintain reached no {moment} mark"
                         time.sleep(0.01)
                     if process.poll() is not None:
                         self._ended(process, "upstream tables")
@@ -237,70 +254,81 @@ def _excerpt(log: Path, start: int, lines: int = 80) -> str:
     return "\n".join(text[-lines:])
 
 
-def test_killed_and_restarted_jobs_leave_every_table_exact(spark, settings, tmp_path):
-    params = gen.params_from_settings(
-        settings,
-        events=2000,
-        hours=3.0,  # sessions starting over 3 hours arrive in 40-odd files of 5 minutes
-        file_minutes=5.0,
-        late_fraction=0.0,
-        users=30,
-        seed=SEED,
-    )
-    gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
+# CI: each kind of kill point once (bronze and silver one each, gold, the layer of most flows,
+# both); make test-all: each layer at each kind twice, on a larger lake
+ONCE = {"bronze": ("planned",), "silver": ("committed",), "gold": LAYER_KILLS}
+TWICE = dict.fromkeys(("bronze", "silver", "gold"), LAYER_KILLS * 2)
+
+
+@pytest.mark.parametrize(
+    ("events", "hours", "moments"),
+    [
+        pytest.param(600, 1.5, ONCE, id="each-kind-once"),
+        pytest.param(2000, 3.0, TWICE, id="each-kind-twice", marks=pytest.mark.full),
+    ],
+)
+def test_killed_and_restarted_jobs_leave_every_table_exact(
+    spark, settings, tmp_path, events, hours, moments
+):
+    """Each layer killed at each kill point of ``moments`` (kinds of LAYER_KILLS), maintain at
+    each of MAINTAIN_KILLS beside gold; sessions starting over ``hours`` arrive in files of 5
+    minutes."""
+    generate_closed(
+        spark, settings, events=events, hours=hours, file_minutes=5.0, late_fraction=0.0,
+        users=30, seed=SEED,
+    )  # fmt: skip
     rng = np.random.default_rng(SEED)
     kills: list[tuple[str, str, int]] = []
     # (its own generator: it draws beside the layers' kills)
     maintained = _MaintainKilled(settings, np.random.default_rng(SEED + 1), tmp_path / "maint.log")
     with open(tmp_path / "jobs.log", "w") as log:
         for layer in ("bronze", "silver"):
-            _run_killed(layer, settings.root, rng, log, kills)
+            _run_killed(layer, settings.root, rng, log, kills, moments=moments[layer])
         maintained.start()
         try:
-            _run_killed("gold", settings.root, rng, log, kills)
+            _run_killed("gold", settings.root, rng, log, kills, moments=moments["gold"])
         finally:
             maintained.gold_done.set()
             maintained.join(timeout=1800)
             maintained.stop()
     assert not maintained.is_alive(), "maintain did not end within 30 minutes of gold"
-    assert len(kills) == 3 * KILLS_PER_LAYER
-    assert sum(moment == "after a commit" for _, moment, _ in kills) == 6
+    assert [(layer, moment) for layer, moment, _ in kills] == [
+        (layer, moment) for layer in ("bronze", "silver", "gold") for moment in moments[layer]
+    ]
     assert maintained.failure is None, maintained.failure
     # killed twice in the middle of its compaction and vacuum (after commits of its own), and
     # finished: the upstream tables, then all
-    assert len([k for k in maintained.kills if k[1]]) >= 2, maintained.kills
+    commit_kills = [k for k in maintained.kills if k[0] != "first file"]
+    assert [moment for moment, _ in commit_kills] == ["first commit", "later commit"], (
+        maintained.kills
+    )
+    assert all(made for _, made in commit_kills), maintained.kills
     assert maintained.finished[-2:] == ["upstream tables", "every table"], maintained.finished
 
-    report = io.StringIO()
-    assert run_verify(settings, report) == 0, report.getvalue()
-    assert report.getvalue().splitlines()[-1] == ALL_EQUAL
+    verify_all_equal(settings, empty=("silver.late_events",))  # (no line is late)
     _assert_every_batch_recorded_once(settings, tmp_path / "jobs.log")
 
 
 def test_a_refresh_killed_while_it_switches_is_finished_and_exact(spark, settings, tmp_path):
     """``lakehouse run --full-refresh gold.sessions_custom`` (it writes two tables) killed with
     SIGKILL while it switches, beside a bronze job appending new landing files in another
-    process: once right after its first table's switch commit, once at a random moment from
-    its marker on. The next refresh finishes the first switch, the flow's next run the second:
-    every table equals its reference, each micro-batch is recorded once, no staging copy or
-    replaced checkpoint is left."""
-
-    def generate(seed: int) -> None:
-        params = gen.params_from_settings(
-            settings, events=600, hours=1.0, late_fraction=0.0, users=20, seed=seed
-        )
-        gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
-
-    generate(SEED)
+    process: once right after its first table's switch commit, once right after its marker
+    (the rebuild done, nothing switched yet). The next refresh finishes the first switch, the
+    flow's next run the second: every table equals its reference, each micro-batch is
+    recorded once, no staging copy or replaced checkpoint is left."""
+    generate_closed(spark, settings, events=600, hours=1.0, late_fraction=0.0, users=20, seed=SEED)
     run_layers(spark, settings, ["bronze", "silver"], out=io.StringIO())
     # (the other gold flows run once, at the end)
     custom = [f for f in layer_flows("gold") if f.name == "gold.sessions_custom"]
     run_flows(spark, settings, custom, out=io.StringIO())
-    generate(SEED + 1)  # new landing files, which bronze appends beside the refreshes
+    # new landing files, which bronze appends beside the refreshes
+    params = gen.params_from_settings(
+        settings, events=300, hours=0.5, late_fraction=0.0, users=20, seed=SEED + 2
+    )
+    gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
     versions = Path(settings.table_path("gold.sessions_custom")) / "_delta_log"
     stats = Path(settings.table_path("gold.session_stats_hourly")) / "_delta_log"
     staging = settings.root / "refresh"
-    rng = np.random.default_rng(SEED)
     kills: list[tuple[str, bool, bool]] = []  # (moment, its switch pending, stats switched)
     log_path = tmp_path / "jobs.log"
     with open(log_path, "w") as log:
@@ -309,29 +337,27 @@ def test_a_refresh_killed_while_it_switches_is_finished_and_exact(spark, setting
         )
         process = bronze
         try:
-            for moment in ("after its first table", "random"):
+            for moment in ("after its first table", "after its marker"):
                 known = set(staging.glob(f"*/{MARKER}"))
                 first = len(list(versions.glob("*.json")))
                 second = len(list(stats.glob("*.json")))
                 process = _lakehouse(
                     ["run", "--full-refresh", "gold.sessions_custom"], settings.root, log
                 )
-                marker, deadline = None, math.inf
-                while process.poll() is None and time.monotonic() < deadline:
+                marker, deadline = None, time.monotonic() + 900
+                while process.poll() is None:
+                    assert time.monotonic() < deadline, f"the refresh reached no mark {moment}"
                     if marker is None:
                         new = set(staging.glob(f"*/{MARKER}")) - known
                         if new:
                             marker = new.pop()  # the rebuild is done; the switch begins
-                            if moment == "random":
-                                deadline = time.monotonic() + rng.uniform(0.0, 2.0)
-                    elif moment != "random" and len(list(versions.glob("*.json"))) > first:
+                            if moment == "after its marker":
+                                break
+                    elif len(list(versions.glob("*.json"))) > first:
                         break
                     time.sleep(0.01)
-                # (at random, the switch may be over before the kill: then it ended by itself)
-                ended = process.poll() is not None
-                assert not ended or process.returncode == 0, _excerpt(log_path, 0)
-                assert moment == "random" or not ended, (
-                    f"the refresh ended before its kill {moment}"
+                assert process.poll() is None, (
+                    f"the refresh ended before its kill {moment}:\n{_excerpt(log_path, 0)}"
                 )
                 _kill(process)
                 pending = marker is not None and marker.exists()
@@ -340,19 +366,17 @@ def test_a_refresh_killed_while_it_switches_is_finished_and_exact(spark, setting
         finally:
             for job in (bronze, process):
                 _kill(job)
-    # the first kill left its switch half done (one table of two switched); the next refresh
-    # finished it
-    assert kills[0] == ("after its first table", True, False), kills
+    # the first kill left its switch half done (one table of two switched), the next refresh
+    # finished it as it started (gold.session_stats_hourly's commit); the second left its
+    # own switch to come, which the flow's next start makes
+    assert kills == [("after its first table", True, False), ("after its marker", True, True)]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):  # (what the flow's start prints of the switch)
         run_layers(spark, settings, ["silver", "gold"], out=out)
-    if kills[1][1]:  # the flow's start finished the second switch
-        assert "  gold.sessions_custom: its checkpoint is the rebuilt one" in out.getvalue()
+    assert "  gold.sessions_custom: its checkpoint is the rebuilt one" in out.getvalue()
     assert not list(staging.glob("*")), list(staging.glob("*"))
     assert not list(settings.root.glob("checkpoints/*/*.replaced"))
-    report = io.StringIO()
-    assert run_verify(settings, report) == 0, report.getvalue()
-    assert report.getvalue().splitlines()[-1] == ALL_EQUAL
+    verify_all_equal(settings, empty=("silver.late_events",))  # (no line is late)
     _assert_every_batch_recorded_once(settings, log_path)
 
 
@@ -375,40 +399,46 @@ def _assert_every_batch_recorded_once(settings, log: Path) -> None:
             assert not missing, f"{flow.name}: {sorted(missing)} unrecorded ({recounts} recounts)"
 
 
+@pytest.mark.parametrize(
+    ("events", "moments"),
+    [
+        pytest.param(600, ("committed",), id="killed-once"),
+        pytest.param(1500, LAYER_KILLS * 2, id="each-kind-twice", marks=pytest.mark.full),
+    ],
+)
 def test_bronze_killed_while_reading_kafka_loses_and_duplicates_nothing(
-    spark, settings, tmp_path, kafka_broker
+    spark, settings, tmp_path, kafka_broker, events, moments
 ):
     """The records on Kafka (3 partitions per topic), bronze read 40 at a time per micro-batch
-    and killed 4 times (twice right after a commit): offsets live in the checkpoint and each
-    Delta commit carries its batch id, so the restarts lose and duplicate nothing."""
+    and killed at each of ``moments``: offsets live in the checkpoint and each Delta commit
+    carries its batch id, so the restarts lose and duplicate nothing."""
+    prefix = f"killed{len(moments)}."
     kafka = {
         "bronze.source": "kafka",
         "kafka.bootstrap_servers": kafka_broker.bootstrap,
-        "kafka.topic_prefix": "killed.",
+        "kafka.topic_prefix": prefix,
         "kafka.partitions": 3,
         "kafka.max_offsets_per_trigger": 40,
     }
     lake = settings.with_overrides(kafka)
-    params = gen.params_from_settings(
-        lake, events=1500, hours=2.0, late_fraction=0.0, users=30, seed=SEED
+    sink = gen.KafkaSink(kafka_broker.bootstrap, 3, prefix)
+    entries = generate_closed(
+        spark, lake, sink=sink, events=events, hours=2.0, late_fraction=0.0, users=30, seed=SEED
     )
-    sink = gen.KafkaSink(kafka_broker.bootstrap, 3, "killed.")
-    quiet = lambda label: Progress(label, io.StringIO())  # noqa: E731
-    entry = gen.generate(spark, lake.root, params, progress=quiet, sink=sink)
     rng = np.random.default_rng(SEED)
     kills: list[tuple[str, str, int]] = []
     conf = tuple(f"{key}={value}" for key, value in kafka.items())
     with open(tmp_path / "jobs.log", "w") as log:
-        _run_killed("bronze", lake.root, rng, log, kills, conf)
-    assert [moment for _, moment, _ in kills] == ["random", "after a commit"] * 2
+        _run_killed("bronze", lake.root, rng, log, kills, conf, moments=moments)
+    assert [moment for _, moment, _ in kills] == list(moments)
     # every record once: as many rows in bronze and its quarantine as records on the topics
-    lines = sum(entry["sources"][s]["lines"] for s in ("events", "impressions", "clicks"))
+    lines = sum(
+        e["sources"][s]["lines"] for e in entries for s in ("events", "impressions", "clicks")
+    )
     rows = sum(len(read_table(lake, f"bronze.{s}")) for s in ("events", "impressions", "clicks"))
     assert rows + len(read_table(lake, "bronze.quarantine")) == lines
     run_layers(spark, lake, ["silver", "gold"], out=io.StringIO())
-    report = io.StringIO()
-    assert run_verify(lake, report) == 0, report.getvalue()
-    assert report.getvalue().splitlines()[-1] == ALL_EQUAL
+    verify_all_equal(lake, empty=("silver.late_events",))  # (no line is late)
 
 
 def test_a_flow_whose_python_worker_is_late_to_connect_back_is_restarted(
@@ -416,13 +446,10 @@ def test_a_flow_whose_python_worker_is_late_to_connect_back_is_restarted(
 ):
     """Spark gives a Python process it starts in the driver 10 seconds to connect back; on a
     busy machine one can miss that ("Python worker failed to connect back") and fail its flow.
-    Here the first driver-side worker of a transformWithStateInPandas flow waits 12 s before
-    it starts: the gold job restarts that flow from its checkpoint, and every table still
-    equals its batch computation."""
-    params = gen.params_from_settings(
-        settings, events=600, hours=1.0, late_fraction=0.0, users=20, seed=SEED
-    )
-    gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
+    Here the first driver-side worker of a transformWithStateInPandas flow never starts (it
+    waits until it is killed): the gold job restarts that flow from its checkpoint, and every
+    table still equals its batch computation."""
+    generate_closed(spark, settings, events=600, hours=1.0, late_fraction=0.0, users=20, seed=SEED)
     with shuffle_partitions(1):  # one silver file: the job reads one file per micro-batch
         run_layers(spark, settings, ["bronze", "silver"], out=io.StringIO())
     late = tmp_path / "late-python"
@@ -430,13 +457,16 @@ def test_a_flow_whose_python_worker_is_late_to_connect_back_is_restarted(
         "#!/bin/sh\n"
         # mkdir is atomic: only the first driver-side worker started by the job waits
         f'if [ "$2" = pyspark.sql.streaming.transform_with_state_driver_worker ] '
-        f"&& mkdir {tmp_path / 'waited'} 2>/dev/null; then sleep 12; fi\n"
+        f"&& mkdir {tmp_path / 'waited'} 2>/dev/null; then exec sleep 3600; fi\n"
         f'exec {sys.executable} "$@"\n'
     )
     late.chmod(0o755)
     with open(tmp_path / "gold.log", "w+") as log:
         job = _submit("gold", settings.root, log, python=str(late))
-        assert job.wait(timeout=600) == 0, _read(log)[-6000:]
+        try:
+            assert job.wait(timeout=600) == 0, _read(log)[-6000:]
+        finally:
+            _kill(job)  # (and the worker that never started, if Spark left it waiting)
         text = _read(log)
     assert (tmp_path / "waited").is_dir(), "the job started no driver-side worker"
     # the flow whose worker came first (of those with a transformWithStateInPandas
@@ -449,9 +479,7 @@ def test_a_flow_whose_python_worker_is_late_to_connect_back_is_restarted(
         ]
         for flow in TWS_FLOWS
     ], text[-6000:]
-    report = io.StringIO()
-    assert run_verify(settings, report) == 0, report.getvalue()
-    assert report.getvalue().splitlines()[-1] == ALL_EQUAL
+    verify_all_equal(settings, empty=("silver.late_events",))  # (no line is late)
 
 
 def _read(log) -> str:
