@@ -23,6 +23,9 @@ from lakehouse.proof import verify
 from lakehouse.settings import load_settings
 from lakehouse.tools import generate as gen
 
+# `lakehouse run` in processes of their own, signalled: with the suites of separate processes
+pytestmark = pytest.mark.e2e
+
 
 def _generate(spark, settings, events: int) -> dict[str, int]:
     """Landing data; the bronze rows the generator's manifest expects per source."""
@@ -175,6 +178,15 @@ def test_ctrl_c_cuts_an_available_now_run_short_after_the_micro_batch(
             r"from there|micro-batch \d+ had begun, and its next run repeats it)",
             line,
         ), line
+    # each silver flow either stopped, and said so in one of those lines, or ended by itself
+    status = dict(
+        zip(*(read_table(settings, "ops.runs")[c] for c in ("flow", "status")), strict=True)
+    )
+    said = {line.split()[1].rstrip(":") for line in lines}
+    assert {f: status[f] for f in ("silver.events", "silver.ad_attribution")} == {
+        f: "stopped" if f in said else "succeeded"
+        for f in ("silver.events", "silver.ad_attribution")
+    }, (status, err[-3000:])
     assert _batches(settings, "silver.events", "commits")[0] == 0
     # silver.events against its reference from the landing lines, with its books (verify's own
     # check; the rest of verify would compute every gold table's reference, and gold never ran)

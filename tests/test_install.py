@@ -360,7 +360,10 @@ def test_the_dag_file_loads_in_the_image_environment(image):
 
 
 @pytest.mark.e2e
-def test_the_installed_demo_runs_outside_the_checkout(image, tmp_path):
+@pytest.mark.parametrize(
+    "events", [500, pytest.param(2000, marks=pytest.mark.full, id="2000")], ids=str
+)
+def test_the_installed_demo_runs_outside_the_checkout(image, tmp_path, events):
     """`lakehouse demo` of the installed package, in the image's environment, from a folder
     that is not the checkout: Spark starts with the wheel's log4j2 and fair scheduler files, and
     silver reads the wheel's quality rules. What it prints, and nothing else (no warning, no
@@ -375,7 +378,7 @@ def test_the_installed_demo_runs_outside_the_checkout(image, tmp_path):
     if not list((PROJECT / "jars" / "lib").glob("delta-spark_*.jar")):
         pytest.skip("no delta-spark jars in jars/lib: run `make setup`")
     root = tmp_path / "lake"
-    done = image.run("lakehouse", "demo", "--events", "2000", "--root", root, timeout=900)
+    done = image.run("lakehouse", "demo", "--events", str(events), "--root", root, timeout=900)
     out = done.stdout
     assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
     for trouble in ("Reconfiguration failed", "no rules file"):

@@ -14,6 +14,9 @@ from lakehouse.cli import main
 from lakehouse.tools import kafka
 from lakehouse.tools.processes import free_port, port_free
 
+# brokers started and stopped (a JVM each): with the other Kafka suites, in make test-slow
+pytestmark = pytest.mark.slow
+
 
 def test_start_status_and_stop_a_broker(tmp_path, capsys):
     folder, port = tmp_path / "broker", free_port()

@@ -1,5 +1,6 @@
 """Bronze on Kafka: records produced by ``lakehouse generate --sink kafka`` to a real broker,
-read by the bronze flows, and every table of the lake equal to its reference."""
+read by the bronze flows, and every table of the lake equal to its reference. (Every test here
+starts or uses a broker: marker slow, with tests/test_kafka.py, in make test-slow.)"""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ import time
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
-from verify_helpers import ALL_EQUAL
+from verify_helpers import generate_closed, verify_all_equal
 
 from lakehouse import checkpoints, kafka_client
 from lakehouse.kafka_options import PLAIN_MODULE
 from lakehouse.ops.status import print_status, read_table
 from lakehouse.progress import Progress
-from lakehouse.proof.verify import bronze_reference, run_verify
+from lakehouse.proof.verify import bronze_reference, compare
 from lakehouse.runner import FlowFailed, declared_tables, run_layers
 from lakehouse.tools import generate as gen
 from lakehouse.tools import kafka
@@ -40,49 +41,20 @@ def _kafka_lake(settings, broker, prefix: str, partitions: int, max_offsets: int
     )
 
 
-def _produce(spark, lake, events: int = 600):
-    params = gen.params_from_settings(lake, events=events, hours=1.0, users=20, seed=SEED)
+def _produce(spark, lake, events: int = 600, closed: bool = False) -> list[dict]:
+    """Generated records to the lake's topics (then a closing delivery, when ``closed``: every
+    gold table gets rows); the runs' manifest entries."""
     sink = gen.KafkaSink(
         lake.kafka.bootstrap_servers, lake.kafka.partitions, lake.kafka.topic_prefix
     )
+    if closed:
+        return generate_closed(spark, lake, sink, events=events, hours=1.0, users=20, seed=SEED)
+    params = gen.params_from_settings(lake, events=events, hours=1.0, users=20, seed=SEED)
     quiet = lambda label: Progress(label, io.StringIO())  # noqa: E731
-    return gen.generate(spark, lake.root, params, progress=quiet, sink=sink)
+    return [gen.generate(spark, lake.root, params, progress=quiet, sink=sink)]
 
 
 @pytest.mark.slow
-# (one partition, no limit: the default suite's Kafka tests read one partition whole)
-@pytest.mark.parametrize(("partitions", "max_offsets"), [(3, 250)])
-def test_every_table_equals_its_reference_when_bronze_reads_kafka(
-    spark, settings, kafka_broker, partitions, max_offsets
-):
-    lake = _kafka_lake(
-        settings, kafka_broker, f"p{partitions}m{max_offsets}.", partitions, max_offsets
-    )
-    entry = _produce(spark, lake)
-    books = entry["sources"]["events"]
-    spans = books["kafka"]["offsets"]
-    assert books["kafka"]["topic"] == f"p{partitions}m{max_offsets}.events"
-    assert len(spans) == partitions
-    assert sum(end - first for first, end in spans.values()) == books["lines"]
-
-    reports = run_layers(spark, lake, ["bronze", "silver", "gold"], out=io.StringIO())
-    bronze = {r.flow: r for r in reports if r.flow.startswith("bronze.")}
-    assert bronze["bronze.events"].input_rows == books["lines"]
-    if max_offsets:  # at most max_offsets records per micro-batch, over the partitions
-        assert bronze["bronze.events"].batches == -(-books["lines"] // max_offsets)
-    else:
-        assert bronze["bronze.events"].batches == 1
-    report = io.StringIO()
-    assert run_verify(lake, report) == 0, report.getvalue()
-    assert report.getvalue().splitlines()[-1] == ALL_EQUAL
-
-    # lineage: each bronze row names its record's topic, partition, offset and time
-    rows = read_table(lake, "bronze.events")
-    places = rows["_source_file"].str.extract(r"^kafka:([^/]+)/(\d+)/(\d+)@\d{4}-\d\d-\d\dT")
-    assert set(places[0]) == {f"p{partitions}m{max_offsets}.events"}
-    assert len(set(zip(places[1], places[2], strict=True))) == len(rows)
-
-
 def test_bad_records_on_a_topic_go_to_quarantine_with_their_offset(spark, settings, kafka_broker):
     """Bronze and verify agree record by record on what a producer other than ours may send:
     bytes that are not JSON, a null value, a record over bronze.max_record_bytes, bytes that
@@ -157,34 +129,62 @@ def test_bad_records_on_a_topic_go_to_quarantine_with_their_offset(spark, settin
 def test_the_same_records_from_files_and_from_kafka_give_the_same_silver_and_gold(
     spark, settings, kafka_broker, tmp_path
 ):
-    """One seed generated twice, to landing files and to Kafka (3 partitions): every silver
-    and gold table holds the same rows, but for the lineage columns (file or record)."""
+    """One seed generated twice, to landing files and to Kafka (3 partitions, bronze reading
+    at most 250 records per micro-batch over them), a closing delivery after it: every table
+    of the Kafka lake equals its reference, each bronze row names its record, and every silver
+    and gold table holds the rows of the files' lake, but for the lineage columns (file or
+    record)."""
     files = settings.with_overrides({"root": str(tmp_path / "files")})
     topics = _kafka_lake(
-        settings.with_overrides({"root": str(tmp_path / "kafka")}), kafka_broker, "same.", 3
+        settings.with_overrides({"root": str(tmp_path / "kafka")}), kafka_broker, "same.", 3, 250
     )
-    params = gen.params_from_settings(files, events=600, hours=1.0, users=20, seed=SEED)
-    quiet = lambda label: Progress(label, io.StringIO())  # noqa: E731
-    gen.generate(spark, files.root, params, progress=quiet)
-    _produce(spark, topics)
+    generate_closed(spark, files, events=600, hours=1.0, users=20, seed=SEED)
+    entries = _produce(spark, topics, closed=True)
+    books = entries[0]["sources"]["events"]
+    spans = books["kafka"]["offsets"]
+    assert books["kafka"]["topic"] == "same.events"
+    assert len(spans) == 3
+    assert sum(end - first for first, end in spans.values()) == books["lines"]
+
     for lake in (files, topics):
-        run_layers(spark, lake, ["bronze", "silver", "gold"], out=io.StringIO())
+        reports = run_layers(spark, lake, ["bronze", "silver", "gold"], out=io.StringIO())
+    bronze = {r.flow: r for r in reports if r.flow.startswith("bronze.")}
+    lines = sum(e["sources"]["events"]["lines"] for e in entries)
+    assert bronze["bronze.events"].input_rows == lines
+    # at most 250 records per micro-batch, over the partitions
+    assert bronze["bronze.events"].batches == -(-lines // 250)
+    verify_all_equal(topics, empty=("silver.late_events",))  # (no line late)
+    # lineage: each bronze row names its record's topic, partition, offset and time
+    rows = read_table(topics, "bronze.events")
+    places = rows["_source_file"].str.extract(r"^kafka:([^/]+)/(\d+)/(\d+)@\d{4}-\d\d-\d\dT")
+    assert set(places[0]) == {"same.events"}
+    assert len(set(zip(places[1], places[2], strict=True))) == len(rows)
+
     compared = {}
     for table in (t for t in declared_tables() if not t.startswith("bronze.")):
         a, b = (_rows(read_table(lake, table)) for lake in (files, topics))
-        assert a == b, table
+        # (as verify compares: doubles within 1e-9 relative, sums added in another order)
+        check = compare(
+            table,
+            a,
+            b,
+            list(a.columns),
+            [c for c in a.columns if c not in a.select_dtypes("float")],
+        )
+        assert check.same, (table, check.missing[:3], check.unexpected[:3], check.differing[:3])
         compared[table] = len(a)
     # (the seed fixes the rows: both sides empty would pass the comparison, not this)
-    assert (compared["silver.events"], compared["gold.sessions"]) == (597, 13), compared
+    assert (compared["silver.events"], compared["gold.sessions"]) == (1947, 114), compared
 
 
-def _rows(frame) -> list[tuple]:
+def _rows(frame):
     """A table's rows without its lineage columns (``_source_file``, ``_quarantined_at``),
-    sorted, as plain tuples (lists and maps as text)."""
+    lists and maps as text."""
     frame = frame[[c for c in frame.columns if not c.startswith("_")]]
-    return sorted(tuple(str(v) for v in row) for row in frame.itertuples(index=False))
+    return frame.apply(lambda col: col.map(str) if col.dtype == object else col)
 
 
+@pytest.mark.slow
 def test_records_gone_before_bronze_read_them_stop_it_with_the_way_out(
     spark, settings, kafka_broker
 ):
@@ -237,6 +237,7 @@ def test_records_gone_before_bronze_read_them_stop_it_with_the_way_out(
     ]
 
 
+@pytest.mark.slow
 def test_a_topic_can_start_at_its_own_offsets_and_read_its_own_batch_size(
     spark, settings, kafka_broker
 ):
@@ -282,13 +283,13 @@ def test_a_broker_stopped_under_continuous_bronze_fails_it_and_a_restart_resumes
     broker = kafka.Broker(tmp_path / "broker", port)
     kafka.start(broker)
     try:
-        lake = _kafka_lake(settings, broker, "", 3).with_overrides({"kafka.api_timeout_s": 5})
-        _produce(spark, lake, events=300)
+        lake = _kafka_lake(settings, broker, "", 3).with_overrides({"kafka.api_timeout_s": 3})
+        _produce(spark, lake, events=150)
         env = {
             **os.environ,
             "LAKEHOUSE_BRONZE__SOURCE": "kafka",
             "LAKEHOUSE_KAFKA__BOOTSTRAP_SERVERS": broker.bootstrap,
-            "LAKEHOUSE_KAFKA__API_TIMEOUT_S": "5",
+            "LAKEHOUSE_KAFKA__API_TIMEOUT_S": "3",
             "LAKEHOUSE_TRIGGER__INTERVAL": "1 second",
             "LAKEHOUSE_TRIGGER__RESTARTS": "1",
             "LAKEHOUSE_TRIGGER__RESTART_DELAY": "1 second",
@@ -334,11 +335,10 @@ def test_a_broker_stopped_under_continuous_bronze_fails_it_and_a_restart_resumes
             ), said[1]
 
         kafka.start(broker)
-        _produce(spark, lake, events=300)  # a second run of the generator, while it was down
+        # a second run of the generator, while it was down, and a closing delivery
+        _produce(spark, lake, events=150, closed=True)
         run_layers(spark, lake, ["bronze", "silver", "gold"], out=io.StringIO())
-        report = io.StringIO()
-        assert run_verify(lake, report) == 0, report.getvalue()
-        assert report.getvalue().splitlines()[-1] == ALL_EQUAL
+        verify_all_equal(lake, empty=("silver.late_events",))  # (no line late)
     finally:
         kafka.stop(broker)
 
@@ -364,72 +364,75 @@ REFUSED = (
 )
 
 
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory):
+    """A broker of its own that lets in user bronze (SASL_PLAINTEXT, PLAIN), for the tests of
+    this module that log in to it (each on topics of its own)."""
+    broker = kafka.Broker(tmp_path_factory.mktemp("sasl-broker"), free_port())
+    kafka.start(broker, users={"bronze": "Bronze-pw-2468"})
+    yield broker
+    kafka.stop(broker)
+
+
+@pytest.mark.slow
 def test_bronze_reads_a_sasl_broker_with_its_password_and_fails_in_one_line_without(
-    spark, settings, tmp_path
+    spark, settings, tmp_path, sasl_broker
 ):
     """The broker lets in user bronze (SASL_PLAINTEXT, PLAIN): with the right password in
     kafka.options bronze reads its topics; with a wrong one each flow fails in one line naming
     the refused login, and the password is in no error, ops.runs row or status line."""
-    broker = kafka.Broker(tmp_path / "broker", free_port())
-    kafka.start(broker, users={"bronze": "Bronze-pw-2468"})
-    try:
-        right = _sasl_lake(settings, broker, tmp_path / "right", "Bronze-pw-2468")
-        topics = [right.topic(s) for s in ("events", "impressions", "clicks")]
-        client = right.kafka.client_options()
-        kafka_client.create_topics(broker.bootstrap, topics, 1, client)
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0, **client})
-        event = '{"event_id":"e%d","user_id":7,"event_time":"2026-01-05T08:00:0%dZ"}'
-        for i in range(3):
-            producer.produce(topics[0], value=event % (i, i))
-        assert producer.flush(30) == 0
-        run_layers(spark, right, ["bronze"], out=io.StringIO())
-        assert sorted(read_table(right, "bronze.events")["event_id"]) == ["e0", "e1", "e2"]
+    broker = sasl_broker
+    right = _sasl_lake(settings, broker, tmp_path / "right", "Bronze-pw-2468")
+    topics = [right.topic(s) for s in ("events", "impressions", "clicks")]
+    client = right.kafka.client_options()
+    kafka_client.create_topics(broker.bootstrap, topics, 1, client)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0, **client})
+    event = '{"event_id":"e%d","user_id":7,"event_time":"2026-01-05T08:00:0%dZ"}'
+    for i in range(3):
+        producer.produce(topics[0], value=event % (i, i))
+    assert producer.flush(30) == 0
+    run_layers(spark, right, ["bronze"], out=io.StringIO())
+    assert sorted(read_table(right, "bronze.events")["event_id"]) == ["e0", "e1", "e2"]
 
-        wrong = _sasl_lake(settings, broker, tmp_path / "wrong", "Not-the-pw-1357")
-        with pytest.raises(FlowFailed) as failed:
-            run_layers(spark, wrong, ["bronze"], out=io.StringIO())
-        message = str(failed.value)
-        assert re.fullmatch(REFUSED, message), message
-        errors = read_table(wrong, "ops.runs")["error"].dropna()
-        assert errors.str.fullmatch(REFUSED.split(" failed: ", 1)[1]).any(), list(errors)
-        out = io.StringIO()
-        print_status(wrong, out)
-        assert "refused the connection" in out.getvalue()  # the backlog's line
-        for shown in (message, *errors, out.getvalue()):
-            assert "Not-the-pw-1357" not in shown
-    finally:
-        kafka.stop(broker)
+    wrong = _sasl_lake(settings, broker, tmp_path / "wrong", "Not-the-pw-1357")
+    with pytest.raises(FlowFailed) as failed:
+        run_layers(spark, wrong, ["bronze"], out=io.StringIO())
+    message = str(failed.value)
+    assert re.fullmatch(REFUSED, message), message
+    errors = read_table(wrong, "ops.runs")["error"].dropna()
+    assert errors.str.fullmatch(REFUSED.split(" failed: ", 1)[1]).any(), list(errors)
+    out = io.StringIO()
+    print_status(wrong, out)
+    assert "refused the connection" in out.getvalue()  # the backlog's line
+    for shown in (message, *errors, out.getvalue()):
+        assert "Not-the-pw-1357" not in shown
 
 
 @pytest.mark.slow
 def test_a_refused_login_is_the_last_line_of_lakehouse_run_and_no_output_shows_the_password(
-    tmp_path,
+    tmp_path, sasl_broker
 ):
     """``lakehouse run --layer bronze`` with the password from the environment (as a
     scheduler passes secrets): a wrong one ends the run with exit code 1 and the refused login
     as its last line; neither the JVM's log (the query's plan among it) nor anything else
     printed holds the password."""
-    broker = kafka.Broker(tmp_path / "broker", free_port())
-    kafka.start(broker, users={"bronze": "Bronze-pw-2468"})
-    try:
-        kafka_client.create_topics(
-            broker.bootstrap, ["events", "impressions", "clicks"], 1, broker.client_options()
-        )
-        env = {
-            **os.environ,
-            "LAKEHOUSE_BRONZE__SOURCE": "kafka",
-            "LAKEHOUSE_KAFKA__BOOTSTRAP_SERVERS": broker.bootstrap,
-            "LAKEHOUSE_KAFKA__OPTIONS__SECURITY_PROTOCOL": "SASL_PLAINTEXT",
-            "LAKEHOUSE_KAFKA__OPTIONS__SASL_MECHANISM": "PLAIN",
-            "LAKEHOUSE_KAFKA__OPTIONS__SASL_USERNAME": "bronze",
-            "LAKEHOUSE_KAFKA__OPTIONS__SASL_PASSWORD": "Not-the-pw-1357",
-        }
-        command = [sys.executable, "-m", "lakehouse.cli", "run", "--layer", "bronze"]
-        command += ["--root", str(tmp_path / "lake"), "--profile", "test"]
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 1, done.stderr[-3000:]
-        last = done.stderr.strip().splitlines()[-1]
-        assert re.fullmatch(r"lakehouse: error: " + REFUSED.replace("sasl\\.", ""), last), last
-        assert "Not-the-pw-1357" not in done.stdout + done.stderr
-    finally:
-        kafka.stop(broker)
+    broker = sasl_broker
+    kafka_client.create_topics(
+        broker.bootstrap, ["events", "impressions", "clicks"], 1, broker.client_options()
+    )
+    env = {
+        **os.environ,
+        "LAKEHOUSE_BRONZE__SOURCE": "kafka",
+        "LAKEHOUSE_KAFKA__BOOTSTRAP_SERVERS": broker.bootstrap,
+        "LAKEHOUSE_KAFKA__OPTIONS__SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "LAKEHOUSE_KAFKA__OPTIONS__SASL_MECHANISM": "PLAIN",
+        "LAKEHOUSE_KAFKA__OPTIONS__SASL_USERNAME": "bronze",
+        "LAKEHOUSE_KAFKA__OPTIONS__SASL_PASSWORD": "Not-the-pw-1357",
+    }
+    command = [sys.executable, "-m", "lakehouse.cli", "run", "--layer", "bronze"]
+    command += ["--root", str(tmp_path / "lake"), "--profile", "test"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"lakehouse: error: " + REFUSED.replace("sasl\\.", ""), last), last
+    assert "Not-the-pw-1357" not in done.stdout + done.stderr
