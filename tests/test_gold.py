@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import itertools
+import json
 import time
 from functools import partial
 
@@ -366,7 +367,6 @@ def test_purchase_alerts_stream_with_ttl_on_the_state(spark, settings, store):
     read back with the state data source reader."""
     flow = _flow("gold.purchase_alerts")
     buy = {"event_type": "purchase", "amount": 2.0}
-    started = dt.datetime.now(UTC)
     _deliver(
         spark,
         store,
@@ -394,12 +394,19 @@ def test_purchase_alerts_stream_with_ttl_on_the_state(spark, settings, store):
         sorted((r.user_id, r.event_id is not None) for r in rows)
         == [(1, True)] * 4 + [(2, True)] * 2
     )
-    for r in rows:
-        assert started.timestamp() * 1000 + ttl_ms <= r.ttlExpirationMs
-        assert r.ttlExpirationMs <= dt.datetime.now(UTC).timestamp() * 1000 + ttl_ms
+    # each expiry is the processing time of a micro-batch that ran (its offsets log's batch
+    # timestamp) plus the TTL
+    offsets = settings.checkpoint_path("gold", "purchase_alerts") / "offsets"
+    batch_times = {
+        json.loads(path.read_text().splitlines()[1])["batchTimestampMs"]
+        for path in offsets.glob("[0-9]*")
+    }
+    assert {r.ttlExpirationMs - ttl_ms for r in rows} <= batch_times, (rows, batch_times)
 
 
-def test_purchase_alerts_run_no_empty_micro_batch_in_continuous_mode(spark, settings, store):
+def test_purchase_alerts_run_no_empty_micro_batch_in_continuous_mode(
+    spark, settings, store, spark_conf
+):
     """In continuous mode gold.purchase_alerts, whose ProcessingTime-mode processor would ask
     for a no-data micro-batch at every trigger, runs micro-batches only for new input and
     alerts as in available-now mode; the session's own setting is left as it was."""
@@ -417,17 +424,29 @@ def test_purchase_alerts_run_no_empty_micro_batch_in_continuous_mode(spark, sett
     )
     checkpoint = settings.checkpoint_path("gold", "purchase_alerts")
     before = spark.conf.get(NO_DATA_BATCHES, None)
-    query = start_flow(spark, store, continuous, _flow("gold.purchase_alerts"))
+    # every trigger that finds no new input is then in the query's progress (Spark's default
+    # reports one every 10 s)
+    with spark_conf("spark.sql.streaming.noDataProgressEventInterval", "0"):
+        query = start_flow(spark, store, continuous, _flow("gold.purchase_alerts"))
 
     def committed(batch: int) -> None:
-        """Until micro-batch ``batch`` is committed, then two more triggers: a no-data
-        micro-batch would begin (and be logged in offsets) at the first."""
+        """Until micro-batch ``batch`` is committed, then two more triggers that found no new
+        input: a no-data micro-batch would begin (and be logged in offsets) at the first."""
         deadline = time.monotonic() + 120
         while not (checkpoint / "commits" / str(batch)).exists():
             assert query.isActive, query.exception()
             assert time.monotonic() < deadline, f"micro-batch {batch} not committed in 2 min"
             query.awaitTermination(0.1)
-        query.awaitTermination(2.5)
+        while True:
+            progress = query.recentProgress
+            mine = [
+                i for i, p in enumerate(progress) if p["batchId"] == batch and p["numInputRows"]
+            ]
+            if mine and len(progress) - 1 - mine[-1] >= 2:
+                return
+            assert query.isActive, query.exception()
+            assert time.monotonic() < deadline, f"no two idle triggers after batch {batch}"
+            query.awaitTermination(0.1)
 
     try:
         assert spark.conf.get(NO_DATA_BATCHES, None) == before
