@@ -19,8 +19,9 @@ from pyspark.testing import assertDataFrameEqual
 from bronze.sources import QUARANTINE_TABLE, SOURCES
 from lakehouse.jars import spark_submit_args
 from lakehouse.progress import Progress
-from lakehouse.runner import FlowFailed, run_layers
+from lakehouse.runner import FlowFailed, layer_flows, run_flows, run_layers
 from lakehouse.settings import load_settings
+from lakehouse.storage import table_store
 from lakehouse.storage.deltafiles import latest_version
 from lakehouse.storage.store import FAILPOINT_ENV
 from lakehouse.tools import generate as gen
@@ -62,13 +63,14 @@ def _copy_landing(landing: Path, settings) -> dict:
     return json.loads((settings.landing_path() / gen.MANIFEST).read_text())
 
 
-def _bronze(spark, settings, max_files: int = 0):
-    return run_layers(
-        spark,
-        settings.with_overrides({"trigger.max_files_per_trigger": max_files}),
-        ["bronze"],
-        out=io.StringIO(),
-    )
+def _bronze(spark, settings, max_files: int = 0, only_events: bool = False):
+    """The bronze layer (``only_events``: its bronze.events flow alone, for a test whose
+    landing has events only) with at most ``max_files`` files per micro-batch (0: all)."""
+    settings = settings.with_overrides({"trigger.max_files_per_trigger": max_files})
+    if only_events:
+        flows = [f for f in layer_flows("bronze") if f.name == "bronze.events"]
+        return run_flows(spark, settings, flows, out=io.StringIO())
+    return run_layers(spark, settings, ["bronze"], out=io.StringIO())
 
 
 def _assert_books_balance(store, manifest: dict) -> None:
@@ -87,25 +89,38 @@ def _assert_books_balance(store, manifest: dict) -> None:
     assert rescued == manifest["totals"]["events"]["faults"]["unknown_field"]
 
 
-def test_generated_lines_are_all_accounted_for(spark, settings, store):
-    manifest = _generate(spark, settings)
-    reports = _bronze(spark, settings, max_files=3)
+@pytest.fixture(scope="module")
+def bronze_600(spark, landing_600, tmp_path_factory):
+    """A lake of the 600 generated events, bronze run once on it, 3 files per micro-batch:
+    (its settings, its manifest, the run's reports), read by the tests that check what one
+    bronze run wrote."""
+    settings = load_settings("test", overrides={"root": str(tmp_path_factory.mktemp("bronze"))})
+    manifest = _copy_landing(landing_600, settings)
+    return settings, manifest, _bronze(spark, settings, max_files=3)
+
+
+def test_generated_lines_are_all_accounted_for(spark, bronze_600):
+    settings, manifest, reports = bronze_600
+    store = table_store(spark, settings)
     _assert_books_balance(store, manifest)
     lines = {r.flow: r.input_rows for r in reports}
     assert lines == {f"bronze.{s}": manifest["totals"][s]["lines"] for s in SOURCES}
+    # (more than one micro-batch: files were admitted a few at a time)
+    assert next(r for r in reports if r.flow == "bronze.events").batches > 1, reports
     files = {
         r["_source_file"].rsplit("/", 1)[1]
         for name in [*(f"bronze.{s}" for s in SOURCES), QUARANTINE_TABLE]
         for r in store.read(name).select("_source_file").distinct().collect()
     }
     landed = {p.name for s in SOURCES for p in settings.landing_path(s).glob("*.json")}
-    assert files == landed
+    assert landed and files == landed
 
 
-def test_bronze_rows_equal_the_well_formed_landing_lines(spark, settings, store):
+def test_bronze_rows_equal_the_well_formed_landing_lines(spark, bronze_600):
     """Every kept line, typed: the rows of bronze.events are exactly the well-formed landing
     lines read independently with the json module (resent copies included)."""
-    _generate(spark, settings, events=800)
+    settings = bronze_600[0]
+    store = table_store(spark, settings)
     expected = []
     for path in sorted(settings.landing_path("events").glob("*.json")):
         for line in path.read_text().splitlines():
@@ -129,7 +144,6 @@ def test_bronze_rows_equal_the_well_formed_landing_lines(spark, settings, store)
                     _source_file=path.name,
                 )
             )
-    _bronze(spark, settings, max_files=4)
     got = store.read("bronze.events").select(
         *[c for c in expected[0].asDict() if c != "_source_file"],
         F.element_at(F.split("_source_file", "/"), -1).alias("_source_file"),
@@ -181,15 +195,13 @@ def test_a_compressed_file_that_does_not_decompress_is_quarantined_whole(spark, 
     del then["events-000009.json"]
     folder = settings.landing_path("events")
     folder.mkdir(parents=True)
-    for source in ("impressions", "clicks"):
-        settings.landing_path(source).mkdir(parents=True)
     for files in (first, then):  # the second run on the first one's checkpoint
         for name, data in sorted(files.items()):
             (folder / name).write_bytes(data)
             # (the source takes files in the order of their times: one a second, by name)
             stamp = 1_700_000_000 + int(name[7:13])
             os.utime(folder / name, (stamp, stamp))
-        _bronze(spark, settings, max_files=1)
+        _bronze(spark, settings, max_files=1, only_events=True)
 
     kept = sorted(r.event_id for r in store.read("bronze.events").collect())
     assert kept == sorted(["a0", "a1", "d0", "d1", *(f"f{i}-0" for i in (5, 6, 7, 8, 10, 11))])
@@ -242,9 +254,7 @@ def test_a_line_too_long_to_read_is_quarantined_without_its_text(spark, settings
     (folder / "events-000000.json").write_bytes(b"\n".join(plain) + b"\n")
     gz = gzip.compress(line("gzhuge", 3000) + b"\r\n" + line("ok3", 150))  # 200-odd bytes
     (folder / "events-000001.json.gz").write_bytes(gz)
-    for source in ("impressions", "clicks"):
-        settings.landing_path(source).mkdir(parents=True)
-    _bronze(spark, settings)
+    _bronze(spark, settings, only_events=True)
 
     kept = sorted(r.event_id for r in store.read("bronze.events").collect())
     assert kept == ["ok1", "ok2", "ok3"]
@@ -303,9 +313,7 @@ def test_each_malformed_kind_gives_a_quarantine_row(spark, settings, store):
     }
     braces = json.dumps(_event("e12", page="/search?q=}{"))
     _write_landing(settings, "events", "events-000000.json", [good, *lines.values(), braces])
-    for source in ("impressions", "clicks"):
-        settings.landing_path(source).mkdir(parents=True)
-    _bronze(spark, settings)
+    _bronze(spark, settings, only_events=True)
     got = store.read(QUARANTINE_TABLE).select("source", "raw", "reason", "detail")
     expected = [
         ("events", lines["empty"], "empty_line", "blank line"),
@@ -342,9 +350,7 @@ def test_unknown_and_mistyped_fields_are_rescued_and_the_row_kept(spark, setting
         '{"event_id":"e4","user_id":4,"event_time":"2026-01-05T08:00:00Z","user_id":5}',
     ]
     _write_landing(settings, "events", "events-000000.json", lines)
-    for source in ("impressions", "clicks"):
-        settings.landing_path(source).mkdir(parents=True)
-    _bronze(spark, settings)
+    _bronze(spark, settings, only_events=True)
     got = store.read("bronze.events").select("event_id", "user_id", "amount", "_rescued_data")
     assertDataFrameEqual(
         got,
@@ -399,9 +405,10 @@ def test_odd_input_has_the_same_outcome_in_bronze_silver_and_verify(spark, setti
     (folder / "events-000000.json").write_bytes(b"\n".join(plain) + b"\n")
     (folder / "events-000001.json").write_bytes(b"\xef\xbb\xbf" + line("bom") + b"\n")
     (folder / "events-000002.json.gz").write_bytes(gzip.compress(line("gz") + b"\n"))
-    for source in ("impressions", "clicks"):
-        settings.landing_path(source).mkdir(parents=True)
-    run_layers(spark, settings, ["bronze", "silver"], out=io.StringIO())
+    # (the flows of events alone, a layer after the other: the landing has no ads)
+    for layer in ("bronze", "silver"):
+        flows = [f for f in layer_flows(layer) if f.name == f"{layer}.events"]
+        run_flows(spark, settings, flows, out=io.StringIO())
 
     # (as text: PySpark cannot collect a time in year 1 to a Python datetime)
     kept = store.read("bronze.events").select(
@@ -475,8 +482,20 @@ def test_odd_input_has_the_same_outcome_in_bronze_silver_and_verify(spark, setti
 
 
 def test_rerun_adds_only_the_new_lines(spark, settings, store, landing_600):
+    """A second run with nothing new reads and commits nothing; one after new landing files
+    reads those alone. The first starts where a job was killed while Spark wrote a flow's
+    first offset log entry: only Hadoop's temporary file is in ``offsets/``, which Spark would
+    take for a new query's checkpoint and refuse as not empty; the runner removes such
+    leftovers before it starts the flow."""
     first = _copy_landing(landing_600, settings)
+    offsets = settings.checkpoint_path("bronze", "events") / "offsets"
+    offsets.mkdir(parents=True)
+    leftovers = [offsets / ".0.85b50abc-8924-455c-87c8-f9794542f665.tmp"]
+    leftovers.append(offsets / f".{leftovers[0].name}.crc")
+    for path in leftovers:
+        path.write_text("")
     _bronze(spark, settings)
+    assert not any(path.exists() for path in leftovers)
     _assert_books_balance(store, first)
     versions = {s: latest_version(store.path(f"bronze.{s}")) for s in SOURCES}
     again = _bronze(spark, settings)
@@ -496,8 +515,10 @@ def test_rerun_adds_only_the_new_lines(spark, settings, store, landing_600):
     "point",
     [
         "after-write:bronze.events",  # bronze.events has the batch, the quarantine does not
-        "before-commit:bronze.events",  # nothing committed yet
-        "before-commit:bronze.quarantine",
+        # nothing committed yet; and the quarantine's commit cut, after bronze.events': the
+        # state the first leaves (test_storage's routed-write replays cover both in CI)
+        pytest.param("before-commit:bronze.events", marks=pytest.mark.full),
+        pytest.param("before-commit:bronze.quarantine", marks=pytest.mark.full),
     ],
 )
 def test_crash_inside_a_micro_batch_then_rerun_writes_each_row_once(
@@ -517,35 +538,22 @@ def test_crash_inside_a_micro_batch_then_rerun_writes_each_row_once(
     _assert_books_balance(store, manifest)
 
 
-def test_a_job_killed_while_writing_its_first_offsets_restarts(spark, settings, store):
-    """kill -9 while Spark wrote a flow's first offset log entry leaves only Hadoop's temporary
-    file in ``offsets/``; Spark then takes the checkpoint for a new query's and refuses it as
-    not empty. The runner removes such leftovers before it starts the flow."""
-    manifest = _generate(spark, settings, events=300)
-    offsets = settings.checkpoint_path("bronze", "events") / "offsets"
-    offsets.mkdir(parents=True)
-    leftovers = [offsets / ".0.85b50abc-8924-455c-87c8-f9794542f665.tmp"]
-    leftovers.append(offsets / f".{leftovers[0].name}.crc")
-    for path in leftovers:
-        path.write_text("")
-    _bronze(spark, settings)
-    assert not any(path.exists() for path in leftovers)
-    _assert_books_balance(store, manifest)
-
-
 @pytest.mark.parametrize(
     ("layer", "message"),
     [
         ("bronze", "landing folder {root}/landing/events does not exist; check --root"),
+        # (the same shim for every layer: in CI, test_dist submits gold's, packed)
         # the first silver flow by module name: silver.ad_attribution
-        (
+        pytest.param(
             "silver",
             "input table bronze.impressions does not exist at {root}/tables/bronze/impressions",
+            marks=pytest.mark.full,
         ),
-        (
+        pytest.param(
             "gold",
             "input table silver.ad_attribution does not exist at "
             "{root}/tables/silver/ad_attribution",
+            marks=pytest.mark.full,
         ),
     ],
 )

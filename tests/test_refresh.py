@@ -16,12 +16,13 @@ from lakehouse.cli import main
 from lakehouse.ops.status import read_table
 from lakehouse.progress import Progress
 from lakehouse.runner import FlowFailed, layer_flows, run_flows, run_layers
-from lakehouse.runner.refresh import downstream, flows_writing, refresh
+from lakehouse.runner.refresh import downstream, flows_writing, refresh, with_downstream
 from lakehouse.settings import load_settings
 from lakehouse.storage import table_store
 from lakehouse.storage.deltafiles import open_table
 from lakehouse.storage.store import FAILPOINT_ENV
 from lakehouse.tools import generate as gen
+from silver.events import SCHEMA as EVENTS_SCHEMA
 
 
 def _rows(settings, table: str) -> list[tuple]:
@@ -183,16 +184,16 @@ def test_a_switch_cut_short_is_finished_by_the_next_run(spark, lake, capsys, mon
 
     # its state goes on from the rebuilt checkpoint, which names its state schema files where
     # it was built (the refresh's staging folder, removed): it reads them where it is now
-    read = read_table(settings, "silver.events").shape[0]
-    params = gen.params_from_settings(
-        settings, events=200, hours=0.5, users=30, seed=6, late_fraction=0.0
-    )
-    gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
-    run_layers(spark, settings, ["bronze", "silver"], out=io.StringIO())
-    new = read_table(settings, "silver.events").shape[0] - read
+    latest = read_table(settings, "silver.events")["event_time"].max().to_pydatetime()
+    new = [
+        (f"n{i}", 1 + i, "page_view", "/", None, latest + dt.timedelta(minutes=i), "web", "US", "f")
+        for i in range(5)
+    ]
+    store = table_store(spark, settings)
+    store.write(spark.createDataFrame(new, EVENTS_SCHEMA), "silver.events")
     reports = run_flows(spark, settings, [_gold("gold.sessions_custom")], out=io.StringIO())
     assert [(r.flow, r.error, r.input_rows) for r in reports] == [
-        ("gold.sessions_custom", None, new)
+        ("gold.sessions_custom", None, len(new))
     ]
 
 
@@ -257,6 +258,10 @@ def test_a_damaged_marker_fails_every_run_with_one_line_and_its_way_out(
             ["--full-refresh", "gold.sessions", "--trigger", "continuous"],
             "a full refresh runs once, in available-now mode",
         ),
+        (
+            ["--layer", "bronze", "--allow-shrink"],
+            "lakehouse: error: --allow-shrink goes with --full-refresh or --full-refresh-all",
+        ),
     ],
 )
 def test_a_refresh_asked_wrongly_gets_one_line(settings, capsys, args, message):
@@ -302,14 +307,10 @@ def test_a_table_whose_columns_changed_is_rebuilt_with_its_new_schema(
     assert len(_rows(settings, "gold.user_activity_spans")) == 3  # and 10:100 closed by 10:160
 
 
-def test_a_refresh_that_would_shrink_a_table_is_refused_unless_allowed(spark, settings, capsys):
+def test_a_refresh_that_would_shrink_a_table_is_refused_unless_allowed(spark, lake, capsys):
     """Two landing files pruned: a refresh of bronze.events would switch to fewer rows. It is
     refused with the rows before and after, nothing switched, unless --allow-shrink."""
-    params = gen.params_from_settings(
-        settings, events=400, hours=1.0, users=20, seed=7, late_fraction=0.0
-    )
-    gen.generate(spark, settings.root, params, progress=lambda s: Progress(s, io.StringIO()))
-    run_layers(spark, settings, ["bronze"], out=io.StringIO())
+    settings = lake
     before = _rows(settings, "bronze.events")
     events = read_table(settings, "bronze.events")
     quarantine = read_table(settings, "bronze.quarantine")
@@ -349,18 +350,10 @@ def test_a_refresh_that_would_shrink_a_table_is_refused_unless_allowed(spark, se
     assert len(_rows(settings, "bronze.events")) == kept - dropped
 
 
-def test_allow_shrink_goes_with_a_full_refresh(settings, capsys):
-    code, out = _run(settings, capsys, "--layer", "bronze", "--allow-shrink")
-    assert (code, out) == (
-        2,
-        ["lakehouse: error: --allow-shrink goes with --full-refresh or --full-refresh-all"],
-    )
-
-
-def test_downstream_flows_go_on_after_a_refresh_or_are_rebuilt_with_it(spark, lake, capsys):
+def test_downstream_flows_go_on_after_a_refresh(spark, lake, capsys):
     """After a full refresh of silver.events, the gold flows that read it skip its rewrite and
-    go on (before, they failed on 'Detected a data update'); --with-downstream rebuilds them
-    too, layer by layer, to the same rows."""
+    go on (before, they failed on 'Detected a data update'). --with-downstream of a table no
+    flow reads rebuilds it alone, without the advice to refresh what reads it."""
     settings = lake
     before = {t: _rows(settings, t) for t in ("gold.sessions", "gold.sessions_custom")}
     code, out = _run(settings, capsys, "--full-refresh", "silver.events")
@@ -373,10 +366,16 @@ def test_downstream_flows_go_on_after_a_refresh_or_are_rebuilt_with_it(spark, la
     ]
     assert {t: _rows(settings, t) for t in before} == before
 
-    code, out = _run(settings, capsys, "--full-refresh", "silver.events", "--with-downstream")
-    assert code == 0, out
+    # what --with-downstream rebuilds after silver.events: silver, then gold's readers
     readers = [f.name for f in layer_flows("gold") if f.name not in ("gold.ad_performance_hourly",)]
-    assert out[0] == (f"full refresh with downstream: silver.events; then {', '.join(readers)}")
+    silver_events = flows_writing(["silver.events"])
+    assert [[f.name for f in group] for group in with_downstream(silver_events)] == [
+        ["silver.events"],
+        readers,
+    ]
+    code, out = _run(settings, capsys, "--full-refresh", "gold.sessions", "--with-downstream")
+    assert code == 0, out
+    assert out[0] == "full refresh with downstream: gold.sessions"
     assert "  gold.sessions: switched to 47 rebuilt rows; it had 47" in out
     assert not any(line.startswith("tables built from the rebuilt ones") for line in out)
     assert {t: _rows(settings, t) for t in before} == before
@@ -385,3 +384,18 @@ def test_downstream_flows_go_on_after_a_refresh_or_are_rebuilt_with_it(spark, la
     assert out[-1] == (
         "lakehouse: error: --with-downstream goes with --full-refresh or --full-refresh-all"
     )
+
+
+@pytest.mark.full  # (the downstream groups and the CLI's branch are in CI: the test above)
+def test_with_downstream_rebuilds_the_readers_layer_by_layer_to_the_same_rows(spark, lake, capsys):
+    """--with-downstream after a full refresh of silver.events rebuilds every gold flow that
+    reads it too, layer by layer, to the same rows."""
+    settings = lake
+    before = {t: _rows(settings, t) for t in ("gold.sessions", "gold.sessions_custom")}
+    code, out = _run(settings, capsys, "--full-refresh", "silver.events", "--with-downstream")
+    assert code == 0, out
+    readers = [f.name for f in layer_flows("gold") if f.name not in ("gold.ad_performance_hourly",)]
+    assert out[0] == (f"full refresh with downstream: silver.events; then {', '.join(readers)}")
+    assert "  gold.sessions: switched to 47 rebuilt rows; it had 47" in out
+    assert not any(line.startswith("tables built from the rebuilt ones") for line in out)
+    assert {t: _rows(settings, t) for t in before} == before
