@@ -203,6 +203,25 @@ def _breaks(rule: dict, row: dict) -> bool:
     return False
 
 
+def test_a_manifest_of_runs_before_a_fault_kind_existed_adds_up(small_lake, tmp_path):
+    """A lake generated before the invalid kind: its runs count none of it, and the next run's
+    totals add up (it was a KeyError)."""
+    manifest = json.loads((small_lake / "landing" / gen.MANIFEST).read_text())
+    (old,) = manifest["runs"]
+    for source in old["sources"].values():
+        del source["faults"]["invalid"]
+    (tmp_path / "landing").mkdir()
+    (tmp_path / "landing" / gen.MANIFEST).write_text(json.dumps(manifest))
+    landing = gen.Landing(tmp_path)
+    new = {**old, "run": 1, "sources": {s: {**t, "faults": {**t["faults"], "invalid": 2}}
+                                        for s, t in old["sources"].items()}}  # fmt: skip
+    landing.record_run(new)
+    totals = json.loads((tmp_path / "landing" / gen.MANIFEST).read_text())["totals"]
+    for source, tally in old["sources"].items():
+        assert totals[source]["faults"]["invalid"] == 2
+        assert totals[source]["lines"] == 2 * tally["lines"]
+
+
 def test_late_events_arrive_after_the_watermark_and_disordered_ones_before(small_lake):
     """A line is behind the watermark when an earlier file already held an event more than the
     allowed lateness (10 minutes) newer than it: the injected late events are."""

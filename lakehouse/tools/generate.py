@@ -824,7 +824,7 @@ def inject_faults(
     )
     if params.invalid_fraction:
         # (spawned: the draws above are the same with invalid records or without)
-        own = np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0])
+        (own,) = rng.spawn(1)
         clean = np.setdiff1d(perm[bounds[3] :], originals)
         picked = own.choice(clean, min(len(clean), round(n * params.invalid_fraction)), False)
         for index in picked:
@@ -1004,7 +1004,8 @@ class Landing:
         totals: dict[str, Any] = {}
         for source in SOURCES:
             parts = [r["sources"][source] for r in runs if source in r["sources"]]
-            faults = {k: sum(p["faults"][k] for p in parts) for k in FAULTS}
+            # (a run recorded before a fault kind existed counts none of it)
+            faults = {k: sum(p["faults"].get(k, 0) for p in parts) for k in FAULTS}
             totals[source] = {
                 "files": sum(p["files"] for p in parts),
                 "lines": sum(p["lines"] for p in parts),
