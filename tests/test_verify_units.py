@@ -115,6 +115,57 @@ def test_landing_lines_end_and_are_too_long_as_hadoop_reads_them():
     ]
 
 
+def test_the_reference_reads_landing_files_as_bronze_does_with_code_of_its_own(tmp_path):
+    """verify's line splitting agrees with bronze's (lakehouse.landing) on random bytes cut
+    into random blocks, and its decompression finds the same files unreadable: two codes, so a
+    bug in either shows as a difference."""
+    import bz2
+    import gzip
+    import random
+    import zlib
+
+    from lakehouse import landing
+    from lakehouse.proof.verify import _decompressed, _Unreadable
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        data = bytes(rng.choice(b"ab\r\n") for _ in range(rng.randint(0, 30)))
+        data = b"\xef\xbb\xbf" + data if rng.random() < 0.3 else data
+        limit = rng.randint(1, 8)
+        cuts = sorted(rng.sample(range(len(data) + 1), min(3, len(data) + 1)))
+        blocks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+        mine = {
+            n: line.size for n, line in enumerate(_file_lines("f", data, limit), 1) if line.unread
+        }
+        theirs = {line.number: line.size for line in landing.long_lines(iter(blocks), limit)}
+        assert mine == theirs, (data, limit)
+    text = b"".join(b'{"event_id":"e%d"}\n' % i for i in range(200))
+    files = {
+        "whole.json.gz": gzip.compress(text),
+        "cut.json.gz": gzip.compress(text)[:-8],
+        "two.json.gz": gzip.compress(text) + gzip.compress(text),
+        "junk.json.gz": gzip.compress(text) + b"junk",
+        "whole.json.bz2": bz2.compress(text),
+        "cut.json.bz2": bz2.compress(text)[:-20],
+        "whole.json.deflate": zlib.compress(text),
+        "cut.json.deflate": zlib.compress(text)[:-6],
+        "plain.json": text,
+    }
+    for name, data in files.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        try:
+            read = _decompressed(path)
+        except _Unreadable:
+            read = None
+        try:
+            expected = landing.read(path)
+        except landing.UnreadableFile:
+            expected = None
+        assert read == expected, name
+        assert (read is None) == name.startswith(("cut", "junk")), name
+
+
 def test_row_books_find_each_bronze_row_one_place():
     """e1 kept, its resent copy (f2) a duplicate; e2 quarantined; e3 late; e4 in no place (its
     id was never kept, so not a duplicate); e5 both kept and late: in two places."""

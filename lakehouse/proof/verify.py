@@ -1170,7 +1170,7 @@ def run_verify(settings: Settings, out: TextIO | None = None, now=None) -> int:
     if late:
         print(
             f"verify: the books balance; {len(late)} table(s) differ only where late rows were "
-            f"dropped: {', '.join(late)}",
+            f"dropped: {', '.join(late)}{_empty_note(checks)}",
             file=out,
         )
     else:
@@ -1181,11 +1181,15 @@ def run_verify(settings: Settings, out: TextIO | None = None, now=None) -> int:
 def all_equal_line(checks: list[Check]) -> str:
     """verify's last line when every table equals its reference: it names the tables that
     are equal only because both sides are empty."""
-    line = f"verify: all {len(checks)} tables equal the reference"
+    return f"verify: all {len(checks)} tables equal the reference{_empty_note(checks, 'them')}"
+
+
+def _empty_note(checks: list[Check], of: str = "the tables") -> str:
+    """The tables equal only because both sides are empty, as the end of verify's last line."""
     empty = [c.table for c in checks if c.empty]
-    if empty:
-        line += f"; {len(empty)} of them empty on both sides, nothing compared: {', '.join(empty)}"
-    return line
+    if not empty:
+        return ""
+    return f"; {len(empty)} of {of} empty on both sides, nothing compared: {', '.join(empty)}"
 
 
 __all__ = ["Check", "VerifyError", "compare", "run_verify", "verify_lake"]
