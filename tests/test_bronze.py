@@ -515,9 +515,9 @@ def test_rerun_adds_only_the_new_lines(spark, settings, store, landing_600):
     "point",
     [
         "after-write:bronze.events",  # bronze.events has the batch, the quarantine does not
-        # nothing committed yet; and the quarantine's commit cut, after bronze.events': the
-        # state the first leaves (test_storage's routed-write replays cover both in CI)
-        pytest.param("before-commit:bronze.events", marks=pytest.mark.full),
+        "before-commit:bronze.events",  # nothing committed yet
+        # (the quarantine's commit cut, after bronze.events': the state after-write leaves, at
+        # the same failpoint as the one above)
         pytest.param("before-commit:bronze.quarantine", marks=pytest.mark.full),
     ],
 )

@@ -373,12 +373,23 @@ def test_downstream_flows_go_on_after_a_refresh(spark, lake, capsys):
         ["silver.events"],
         readers,
     ]
-    code, out = _run(settings, capsys, "--full-refresh", "gold.sessions", "--with-downstream")
+    # two layers: silver.ad_attribution, then the one gold flow that reads it, from the
+    # rebuilt rows, to the same rows
+    ads = ("silver.ad_attribution", "gold.ad_performance_hourly")
+    run_flows(spark, settings, [_gold("gold.ad_performance_hourly")], out=io.StringIO())
+    built = {t: _rows(settings, t) for t in ads}
+    assert built["silver.ad_attribution"]
+    args = ("--full-refresh", "silver.ad_attribution", "--with-downstream")
+    code, out = _run(settings, capsys, *args)
     assert code == 0, out
-    assert out[0] == "full refresh with downstream: gold.sessions"
-    assert "  gold.sessions: switched to 47 rebuilt rows; it had 47" in out
+    assert out[0] == (
+        "full refresh with downstream: silver.ad_attribution; then gold.ad_performance_hourly"
+    )
+    for table in ads:
+        rows = len(built[table])
+        assert f"  {table}: switched to {rows:,} rebuilt rows; it had {rows:,}" in out, out
     assert not any(line.startswith("tables built from the rebuilt ones") for line in out)
-    assert {t: _rows(settings, t) for t in before} == before
+    assert {t: _rows(settings, t) for t in ads} == built
     code, out = _run(settings, capsys, "--layer", "gold", "--with-downstream")
     assert code == 2
     assert out[-1] == (
