@@ -34,6 +34,7 @@ def _free_ports(n: int) -> list[int]:
 @pytest.mark.e2e
 @pytest.mark.parametrize(
     ("events", "hours"),
+    # (CI: 800 events, every table non-empty; make test-all: the 1,500 over 7 hours of before)
     [pytest.param(800, 2.0, id="800"), pytest.param(1500, 7.0, marks=pytest.mark.full, id="1500")],
 )
 def test_the_layers_on_a_standalone_cluster_equal_their_batch_computation(

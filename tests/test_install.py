@@ -360,6 +360,7 @@ def test_the_dag_file_loads_in_the_image_environment(image):
 
 
 @pytest.mark.e2e
+# (CI: 500 events, none of its assertions depends on the size; make test-all: 2,000)
 @pytest.mark.parametrize(
     "events", [500, pytest.param(2000, marks=pytest.mark.full, id="2000")], ids=str
 )

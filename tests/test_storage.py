@@ -815,20 +815,23 @@ def test_update_mode_merge_skips_a_replayed_batch_and_unsets_its_confs(spark, st
     assertDataFrameEqual(store.read("gold.u"), expected)
     for conf in TXN_CONFS:
         assert spark.conf.get(conf, None) is None, conf
-    # a restart on the same checkpoint: the state carried over, the row updated in place
-    append_versions(store, "bronze.u", [[(2, "z")]])
+    # a restart on the same checkpoint: the state carried over, rows updated in place (a key
+    # twice in one micro-batch, a new key)
+    append_versions(store, "bronze.u", [[(3, "d"), (2, "e"), (2, "f")]])
     run()
-    expected = spark.createDataFrame([(1, 2, "c"), (2, 2, "z")], "k long, n long, latest string")
+    expected = spark.createDataFrame(
+        [(1, 2, "c"), (2, 3, "f"), (3, 1, "d")], "k long, n long, latest string"
+    )
     assertDataFrameEqual(store.read("gold.u"), expected)
 
     # a new checkpoint at the same path is a new query: its batches are written, not skipped
     shutil.rmtree(checkpoint)
-    append_versions(store, "bronze.u", [[(3, "d")]])
+    append_versions(store, "bronze.u", [[(4, "g")]])
     run()  # counts from scratch, upserted over the rows there
     assertDataFrameEqual(
         store.read("gold.u"),
         spark.createDataFrame(
-            [(1, 2, "c"), (2, 2, "z"), (3, 1, "d")], "k long, n long, latest string"
+            [(1, 2, "c"), (2, 3, "f"), (3, 1, "d"), (4, 1, "g")], "k long, n long, latest string"
         ),
     )
 

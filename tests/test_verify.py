@@ -60,7 +60,8 @@ def test_with_late_events_verify_checks_the_books(spark, settings, shuffle_parti
         int(part.split()[0].replace(",", "")) for part in books.split(" = ")[1].split(" + ")
     )
     bronze = int(books.split("books: ")[1].split()[0].replace(",", ""))
-    assert late > 0 and duplicates > 0, books
+    # (enough of each kind for the books to mean something)
+    assert late >= 5 and duplicates >= 5, books
     assert bronze == kept + quarantined + duplicates + late
     assert books.endswith("duplicates of kept rows, row by row"), books
     (events_late,) = [

@@ -37,7 +37,7 @@ CLOSING_GAP_HOURS = 7
 def generate_closed(spark, settings, sink=None, **params) -> list[dict]:
     """Landing files (or Kafka records, with ``sink``) of ``params`` (lakehouse generate's, as
     gen.params_from_settings takes them), a third of the sessions of four or more events
-    ending in purchases, then a closing delivery: 1,500 events and their ads
+    ending in purchases, then a closing delivery: 1,000 events and their ads
     CLOSING_GAP_HOURS after them, in one file per source, every session of four or more events
     a checkout (the bursts gold.purchase_alerts alerts on), a tenth of the records breaking a
     rule of silver's (for rows in silver.quarantine), nothing late. Its watermarks close everything
@@ -64,14 +64,14 @@ def generate_closed(spark, settings, sink=None, **params) -> list[dict]:
     )
     closing = gen.params_from_settings(
         settings,
-        # (about 600 impressions: clicks too, 1 to 6 a hundred, whose watermark the join
+        # (about 400 impressions: clicks too, 1 to 6 a hundred, whose watermark the join
         # needs, and a few purchase bursts)
-        events=1500,
+        events=1000,
         hours=0.5,
         start=start.isoformat().replace("+00:00", "Z"),
         file_minutes=24 * 60.0,
         seed=main.seed + 1,
-        users=150,
+        users=100,
         conversion=1.0,  # (every session of 4 or more events a checkout: purchase bursts)
         duplicate_fraction=0.0,
         disorder_fraction=0.0,
