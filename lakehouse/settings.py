@@ -728,15 +728,40 @@ def _check_kafka(kwargs: dict[str, Any]) -> None:
         topics[topic] = source
 
 
+# a URI's scheme: "s3a://bucket/lake" (a Windows drive, "C:\\lake", has no "//")
+_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def _local_path(dotted: str, text: str) -> Path:
+    """A folder setting's path. A ``file://`` URI is its local path; any other URI is refused
+    in one line: the lake lives on a local disk, and a URI taken as a path would become a
+    folder named after its scheme (``./s3a:/bucket/lake``). Only the scheme is said: a URI may
+    carry credentials (``s3a://KEY:SECRET@bucket``)."""
+    if not text.strip():
+        raise SettingsError(f"setting {dotted!r} must not be empty")
+    uri = _URI.match(text.strip())
+    if uri and uri.group(1).lower() == "file":
+        local = text.strip()[len(uri.group(0)) :]
+        if not local.startswith("/"):
+            raise SettingsError(
+                f"setting {dotted!r}: a file:// URI names an absolute path (file:///srv/lake)"
+            )
+        return Path(local)
+    if uri:
+        raise SettingsError(
+            f"setting {dotted!r} is a {uri.group(1)}:// URI: this version keeps the lake on a "
+            "local disk only (object storage is not supported yet); give a local folder"
+        )
+    return Path(os.path.expanduser(text))
+
+
 def _coerce(dotted: str, hint: Any, value: Any) -> Any:
     if dataclasses.is_dataclass(hint):
         return _build(hint, value, dotted + ".")
     if get_origin(hint) is dict:
         return _flat(dotted, value)
     if hint is Path:
-        if not str(value).strip():
-            raise SettingsError(f"setting {dotted!r} must not be empty")
-        return Path(os.path.expanduser(str(value)))
+        return _local_path(dotted, str(value))
     if hint is bool:
         if isinstance(value, bool):
             return value

@@ -332,3 +332,30 @@ def test_the_airflow_dags_spark_connection_and_package_folder():
     assert load_settings("test", config_path=CONF, env=env).scheduler.spark_conn_id == (
         "spark_cluster"
     )
+
+
+def test_a_lake_root_given_as_a_uri_is_one_line_of_error_and_no_folder_named_after_it(
+    tmp_path, monkeypatch, capsys
+):
+    """`--root s3a://bucket/lake` had become a local folder named `s3a:`, with no word that the
+    lake lives on a local disk. Now any URI but file:// is refused, naming only its scheme (a
+    URI may carry credentials), and nothing is created; file:///abs is that local path."""
+    from lakehouse.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for uri, scheme in (("s3a://KEY:SECRET@bucket/lake", "s3a"), ("S3://bucket/lake", "S3")):
+        assert main(["status", "--root", uri]) == 2
+        assert capsys.readouterr().err == (
+            f"lakehouse: error: setting 'root' is a {scheme}:// URI: this version keeps the lake "
+            "on a local disk only (object storage is not supported yet); give a local folder\n"
+        )
+    assert list(tmp_path.iterdir()) == []
+    local = load_settings(
+        "test", config_path=CONF, env={}, overrides={"root": f"file://{tmp_path}"}
+    )
+    assert local.root == tmp_path
+    with pytest.raises(SettingsError) as err:
+        load_settings("test", config_path=CONF, env={}, overrides={"root": "file://lake"})
+    assert str(err.value) == (
+        "setting 'root': a file:// URI names an absolute path (file:///srv/lake)"
+    )
