@@ -20,6 +20,17 @@ KAFKA_JARS_STAMP := $(KAFKA_JARS_DIR)/.fetched
 # the driver JVM's class archive (lakehouse/class_archive.py, make class-archive), beside the jars
 CLASS_ARCHIVE := $(JARS_DIR)/classes.jsa
 
+# SeaweedFS's weed command (lakehouse objectstore: an S3 store on loopback for the tests and
+# the demo), built once from the Go module proxy: `go install` refuses the command (its go.mod
+# has replace directives), so the module is downloaded and `go build ./weed` runs in a copy.
+# About 10 CPU-minutes the first time; Go's module and build caches keep the work, so a fresh
+# clone on the same machine builds it again in a minute or so. Without Go, a warning.
+WEED_MODULE := github.com/seaweedfs/seaweedfs
+WEED_VERSION := v0.0.0-20261109003541-7506e5f91cd6
+WEED_DIR := build/weed
+WEED := $(WEED_DIR)/weed
+WEED_STAMP := $(WEED_DIR)/.built-$(WEED_VERSION)
+
 AIRFLOW_VENV := .venv-airflow
 AIRFLOW_VERSION := 3.3.2
 # SparkSubmitOperator (the DAGs' layer tasks); 6.3.4 needs apache-airflow>=2.11 and brings only
@@ -28,7 +39,7 @@ AIRFLOW_SPARK_PROVIDER_VERSION := 6.3.4
 # named after the versions: a venv made before the provider was added gets it at the next make
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed-$(AIRFLOW_VERSION)-spark-$(AIRFLOW_SPARK_PROVIDER_VERSION)
 
-.PHONY: setup jars airflow-setup scheduler demo test test-slow test-e2e test-faults test-full test-all coverage lint bench bench-storage check-java class-archive clean
+.PHONY: setup jars objectstore-setup airflow-setup scheduler demo test test-slow test-e2e test-faults test-full test-all coverage lint bench bench-storage check-java class-archive clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 1; }
@@ -99,7 +110,23 @@ class-archive: setup check-java $(CLASS_ARCHIVE)
 
 jars: $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR)
 
-setup: $(STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR)
+$(WEED_STAMP):
+	@if ! command -v go >/dev/null 2>&1; then \
+	  echo "warning: go not found: SeaweedFS's weed command (lakehouse objectstore) cannot be built; install Go 1.26 and run make setup again"; \
+	else \
+	  echo "building SeaweedFS's weed command into $(WEED) (once; about 10 CPU-minutes the first time on a machine)"; \
+	  mkdir -p $(WEED_DIR) && \
+	  src=$$(cd /tmp && GOFLAGS= go mod download -json $(WEED_MODULE)@$(WEED_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p') && \
+	  [ -n "$$src" ] && rm -rf $(WEED_DIR)/src && cp -r "$$src" $(WEED_DIR)/src && chmod -R u+w $(WEED_DIR)/src && \
+	  if ! (cd $(WEED_DIR)/src && GOFLAGS=-buildvcs=false go build -ldflags="-s -w" -o ../weed.tmp ./weed) > $(WEED_DIR)/build.log 2>&1; then \
+	    tail -20 $(WEED_DIR)/build.log; echo "error: go could not build weed (log: $(WEED_DIR)/build.log)"; exit 1; \
+	  fi; \
+	  mv $(WEED_DIR)/weed.tmp $(WEED) && rm -rf $(WEED_DIR)/src && touch $(WEED_STAMP); \
+	fi
+
+objectstore-setup: $(WEED_STAMP)
+
+setup: $(STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR) $(WEED_STAMP)
 
 # Apache Airflow lives in its own virtual environment (its dependency tree is not ours), with
 # the Apache Spark provider, and the project without its dependencies: the DAG file imports only

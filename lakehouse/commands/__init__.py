@@ -8,6 +8,7 @@ from lakehouse.commands import (
     generate,
     kafka,
     maintain,
+    objectstore,
     report,
     run,
     serve_sql,
@@ -34,4 +35,5 @@ COMMANDS = (
     sql_passwd,
     cluster,
     kafka,
+    objectstore,
 )
