@@ -24,6 +24,10 @@ from lakehouse.storage.store import FAILPOINT_ENV
 from lakehouse.tools import generate as gen
 from silver.events import SCHEMA as EVENTS_SCHEMA
 
+# (in make test-slow: its rebuilds run every layer of a lake, three minutes together; the
+# default suite stays within its budget)
+pytestmark = pytest.mark.slow
+
 
 def _rows(settings, table: str) -> list[tuple]:
     """A table's rows without its lineage and load-time columns, sorted, as text."""
