@@ -103,6 +103,9 @@ def session_conf(settings: Settings, submitted: bool = False) -> dict[str, str]:
         conf["spark.driver.bindAddress"] = "127.0.0.1"
         conf["spark.pyspark.python"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
     conf.update(delta_conf(settings, submitted))
+    from lakehouse.s3conf import hadoop_conf
+
+    conf.update(hadoop_conf(settings))
     conf.update(settings.spark_conf)
     return conf
 

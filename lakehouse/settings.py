@@ -261,6 +261,29 @@ class KafkaSettings:
 
 
 @dataclass(frozen=True)
+class S3Settings:
+    """How Spark (Hadoop's S3A), delta-rs and pyarrow reach an S3 store. The keys are never
+    settings: they come from the usual AWS variables (``AWS_ACCESS_KEY_ID``,
+    ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``) or, on AWS, the machine's role."""
+
+    # the store's URL ("http://127.0.0.1:8333"); "" = AWS_ENDPOINT_URL, else AWS S3 itself
+    endpoint: str = ""
+    # its region; "" = AWS_REGION (or AWS_DEFAULT_REGION), else us-east-1
+    region: str = ""
+    # buckets addressed as http://endpoint/bucket (most S3-compatible stores) rather than
+    # http://bucket.endpoint (AWS)
+    path_style: bool = False
+
+    def resolved_endpoint(self, env: Mapping[str, str] | None = None) -> str:
+        env = os.environ if env is None else env
+        return self.endpoint or env.get("AWS_ENDPOINT_URL", "")
+
+    def resolved_region(self, env: Mapping[str, str] | None = None) -> str:
+        env = os.environ if env is None else env
+        return self.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+@dataclass(frozen=True)
 class SqlSettings:
     """``lakehouse serve-sql`` (the JDBC server) and ``lakehouse sql``."""
 
@@ -352,6 +375,7 @@ class Settings:
     bronze: BronzeSettings = field(default_factory=BronzeSettings)
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     sql: SqlSettings = field(default_factory=SqlSettings)
+    s3: S3Settings = field(default_factory=S3Settings)
     gold: GoldSettings = field(default_factory=GoldSettings)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     # Free-form Spark configuration passed through unchanged (key -> value).

@@ -1,0 +1,94 @@
+"""Delta tables on a real S3 store (SeaweedFS on loopback, started by the test): delta-spark
+through Hadoop's S3A (the jars of jars/pom.xml, without the AWS SDK's bundle) and delta-rs
+through its own client, each through its public API only, reading each other's commits."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from lakehouse.s3client import Bucket
+from lakehouse.s3conf import storage_options
+from lakehouse.settings import load_settings
+from lakehouse.tools import objectstore
+from lakehouse.tools.processes import free_port
+
+
+@pytest.fixture(scope="module")
+def bucket(tmp_path_factory):
+    """A store with bucket ``lake-s3a``; its keys in this process's AWS variables."""
+    folder = tmp_path_factory.mktemp("store")
+    store = objectstore.Store(folder, free_port(), "lake-s3a")
+    objectstore.start(store)
+    access, secret = store.keys()
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    os.environ.update({"AWS_ACCESS_KEY_ID": access, "AWS_SECRET_ACCESS_KEY": secret})
+    yield store
+    objectstore.stop(store)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _s3a(spark, store) -> None:
+    """The shared session's S3A options for the store (its context started before the store:
+    Hadoop's options of the session, which every read and write of it takes)."""
+    access, secret = store.keys()
+    for key, value in {
+        "fs.s3a.endpoint": store.endpoint,
+        "fs.s3a.endpoint.region": "us-east-1",
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.cross.region.access.enabled": "false",
+        "fs.s3a.access.key": access,
+        "fs.s3a.secret.key": secret,
+    }.items():
+        spark.conf.set(key, value)
+
+
+def test_delta_spark_and_delta_rs_share_a_table_on_the_bucket(spark, bucket, tmp_path):
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    _s3a(spark, bucket)
+    uri = f"s3a://{bucket.bucket}/tables/bronze/t"
+    rows = spark.createDataFrame([(1, "a"), (2, "b")], "id long, v string")
+    for _ in range(2):  # the second is the same app version: Delta skips it
+        (
+            rows.write.format("delta")
+            .mode("append")
+            .option("txnAppId", "test-s3a")
+            .option("txnVersion", 1)
+            .save(uri)
+        )
+    found = sorted(tuple(r) for r in spark.read.format("delta").load(uri).collect())
+    assert found == [(1, "a"), (2, "b")]
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").select("version").collect()
+    assert [r.version for r in history] == [0]
+
+    settings = load_settings(
+        "test",
+        overrides={"root": str(tmp_path), "s3.endpoint": bucket.endpoint, "s3.path_style": "true"},
+    )
+    options = storage_options(settings)
+    table = DeltaTable(uri.replace("s3a://", "s3://"), storage_options=options)
+    assert sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "v": "a"},
+        {"id": 2, "v": "b"},
+    ]
+    # delta-rs appends version 1, delta-spark reads it
+    more = pa.table({"id": pa.array([3], pa.int64()), "v": pa.array(["c"])})
+    write_deltalake(uri.replace("s3a://", "s3://"), more, mode="append", storage_options=options)
+    found = sorted(tuple(r) for r in spark.read.format("delta").load(uri).collect())
+    assert found == [(1, "a"), (2, "b"), (3, "c")]
+
+    access, secret = bucket.keys()
+    keys = Bucket(bucket.endpoint, bucket.bucket, access, secret).keys(
+        "tables/bronze/t/_delta_log/"
+    )
+    commits = [k.rsplit("/", 1)[1] for k in keys if k.endswith(".json")]
+    assert commits == ["00000000000000000000.json", "00000000000000000001.json"]
+    assert not (tmp_path / "s3a:").exists() and not os.path.exists("s3a:")
