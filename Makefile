@@ -93,13 +93,28 @@ $(SQL_JAR): $(JARS_STAMP) $(SQL_SOURCES)
 	  cp jars/sql/target/lakehouse-sql.jar $(SQL_JAR); \
 	fi
 
+# Delta's log on S3 with put-if-absent commits (jars/logstore: a LogStore on Delta's public
+# interface), built like the guard above and put beside delta-spark's jars
+LOGSTORE_JAR := $(JARS_DIR)/lakehouse-logstore.jar
+LOGSTORE_SOURCES := jars/logstore/pom.xml $(shell find jars/logstore/src -type f 2>/dev/null)
+$(LOGSTORE_JAR): $(JARS_STAMP) $(LOGSTORE_SOURCES)
+	@if ! command -v mvn >/dev/null 2>&1; then \
+	  echo "warning: mvn not found: Delta's S3 log store (jars/logstore) cannot be built; install Maven and run make setup again"; \
+	elif [ -d $(JARS_DIR) ]; then \
+	  echo "building Delta's S3 log store (jars/logstore) with Maven into $(JARS_DIR)"; \
+	  if ! mvn -q -B -Dstyle.color=never -f jars/logstore/pom.xml package > jars/logstore.log 2>&1; then \
+	    cat jars/logstore.log; echo "error: Maven could not build jars/logstore (log: jars/logstore.log)"; exit 1; \
+	  fi; \
+	  cp jars/logstore/target/lakehouse-logstore.jar $(LOGSTORE_JAR); \
+	fi
+
 # The classes a Spark driver loads, parsed and verified once and mapped by every later driver
 # (Java's class data sharing), for machines that start many short drivers (scheduled runs, the
 # CLI): `make class-archive`, once and again when the packages or the jars change. The demo on a
 # few thousand events records it, about 3 minutes. `lakehouse run --layer bronze` on a small lake
 # took 22.5 s with it against 31.3 s (medians of 3); CI's test steps took as long with it as
 # without, so `make setup` leaves it out. Without Java or the jars it is not recorded.
-$(CLASS_ARCHIVE): $(STAMP) $(JARS_STAMP) $(SQL_JAR)
+$(CLASS_ARCHIVE): $(STAMP) $(JARS_STAMP) $(SQL_JAR) $(LOGSTORE_JAR)
 	@if ! command -v java >/dev/null 2>&1 || [ ! -f $(JARS_STAMP) ]; then \
 	  echo "warning: no Java or no jars: the driver JVM's class archive is not recorded"; \
 	else \
@@ -108,7 +123,7 @@ $(CLASS_ARCHIVE): $(STAMP) $(JARS_STAMP) $(SQL_JAR)
 
 class-archive: setup check-java $(CLASS_ARCHIVE)
 
-jars: $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR)
+jars: $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR) $(LOGSTORE_JAR)
 
 $(WEED_STAMP):
 	@if ! command -v go >/dev/null 2>&1; then \
@@ -126,7 +141,7 @@ $(WEED_STAMP):
 
 objectstore-setup: $(WEED_STAMP)
 
-setup: $(STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR) $(WEED_STAMP)
+setup: $(STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR) $(LOGSTORE_JAR) $(WEED_STAMP)
 
 # Apache Airflow lives in its own virtual environment (its dependency tree is not ours), with
 # the Apache Spark provider, and the project without its dependencies: the DAG file imports only

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from lakehouse.settings import Settings
 
 SCHEMES = ("s3a", "s3")
+# Delta's log store for S3 with put-if-absent commits (jars/logstore, built by make setup)
+LOG_STORE = "lakehouse.delta.S3ConditionalLogStore"
 
 
 def is_s3(uri: str) -> bool:
@@ -42,6 +44,9 @@ def hadoop_conf(settings: Settings, env: Mapping[str, str] | None = None) -> dic
         conf["spark.hadoop.fs.s3a.cross.region.access.enabled"] = "false"
     # s3:// paths through S3A too (Hadoop has no other s3 file system)
     conf["spark.hadoop.fs.s3.impl"] = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    # Delta's commits put-if-absent, safe with writers in other processes (jars/logstore)
+    for scheme in SCHEMES:
+        conf[f"spark.delta.logStore.{scheme}.impl"] = LOG_STORE
     return conf
 
 

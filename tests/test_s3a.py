@@ -92,3 +92,49 @@ def test_delta_spark_and_delta_rs_share_a_table_on_the_bucket(spark, bucket, tmp
     commits = [k.rsplit("/", 1)[1] for k in keys if k.endswith(".json")]
     assert commits == ["00000000000000000000.json", "00000000000000000001.json"]
     assert not (tmp_path / "s3a:").exists() and not os.path.exists("s3a:")
+
+
+def test_two_processes_racing_on_one_table_of_the_bucket_lose_no_commit(spark, bucket):
+    """Two jobs (two JVMs) append to one table at once: every commit of each is there, once,
+    in versions without a gap. A commit both try at one version is the store's to decide
+    (put-if-absent): the loser sees Delta's conflict and commits again at the next version."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    _s3a(spark, bucket)
+    uri = f"s3a://{bucket.bucket}/tables/silver/raced"
+    spark.createDataFrame([("seed", 0)], "writer string, n long").write.format("delta").save(uri)
+    env = {
+        **os.environ,
+        "S3_ENDPOINT": bucket.endpoint,
+        "PYTHONPATH": str(Path(__file__).parents[1]),
+    }
+    racer = str(Path(__file__).with_name("s3_racer.py"))
+    count = 12
+    writers = [
+        subprocess.Popen(
+            [sys.executable, racer, uri, name, str(count)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for name in ("a", "b")
+    ]
+    for w in writers:
+        assert w.stdout.readline() == "ready\n", w.stderr.read()[-3000:]
+    for w in writers:
+        w.stdin.write("go\n")
+        w.stdin.flush()
+    for w in writers:
+        out, err = w.communicate(timeout=600)
+        assert (w.returncode, out) == (0, "done\n"), err[-3000:]
+
+    found = sorted(tuple(r) for r in spark.read.format("delta").load(uri).collect())
+    assert found == sorted([("seed", 0)] + [(w, i) for w in ("a", "b") for i in range(count)])
+    versions = sorted(
+        r.version for r in spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").select("version").collect()
+    )
+    assert versions == list(range(2 * count + 1))
