@@ -14,6 +14,9 @@ from lakehouse.settings import load_settings
 from lakehouse.tools import objectstore
 from lakehouse.tools.processes import free_port
 
+# a service of its own (the object store) and, in the race, two more JVMs: make test-e2e
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def bucket(tmp_path_factory):
