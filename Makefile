@@ -29,7 +29,6 @@ WEED_MODULE := github.com/seaweedfs/seaweedfs
 WEED_VERSION := v0.0.0-20261109003541-7506e5f91cd6
 WEED_DIR := build/weed
 WEED := $(WEED_DIR)/weed
-WEED_STAMP := $(WEED_DIR)/.built-$(WEED_VERSION)
 
 AIRFLOW_VENV := .venv-airflow
 AIRFLOW_VERSION := 3.3.2
@@ -125,23 +124,29 @@ class-archive: setup check-java $(CLASS_ARCHIVE)
 
 jars: $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR) $(LOGSTORE_JAR)
 
-$(WEED_STAMP):
+# the binary, built again when it is missing or WEED_VERSION changes (its version file is newer)
+$(WEED_DIR)/.version-$(WEED_VERSION):
+	@mkdir -p $(WEED_DIR) && rm -f $(WEED_DIR)/.version-* && touch $@
+
+$(WEED): $(WEED_DIR)/.version-$(WEED_VERSION)
 	@if ! command -v go >/dev/null 2>&1; then \
 	  echo "warning: go not found: SeaweedFS's weed command (lakehouse objectstore) cannot be built; install Go 1.26 and run make setup again"; \
 	else \
 	  echo "building SeaweedFS's weed command into $(WEED) (once; about 10 CPU-minutes the first time on a machine)"; \
-	  mkdir -p $(WEED_DIR) && \
-	  src=$$(cd /tmp && GOFLAGS= go mod download -json $(WEED_MODULE)@$(WEED_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p') && \
-	  [ -n "$$src" ] && rm -rf $(WEED_DIR)/src && cp -r "$$src" $(WEED_DIR)/src && chmod -R u+w $(WEED_DIR)/src && \
+	  src=$$(cd /tmp && GOFLAGS= go mod download -json $(WEED_MODULE)@$(WEED_VERSION) 2> $(WEED_DIR)/build.log | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	  if [ -z "$$src" ]; then \
+	    cat $(WEED_DIR)/build.log; echo "error: go could not download $(WEED_MODULE)@$(WEED_VERSION) (log: $(WEED_DIR)/build.log)"; exit 1; \
+	  fi; \
+	  rm -rf $(WEED_DIR)/src $(WEED_DIR)/weed.tmp && cp -r "$$src" $(WEED_DIR)/src && chmod -R u+w $(WEED_DIR)/src || exit 1; \
 	  if ! (cd $(WEED_DIR)/src && GOFLAGS=-buildvcs=false go build -ldflags="-s -w" -o ../weed.tmp ./weed) > $(WEED_DIR)/build.log 2>&1; then \
 	    tail -20 $(WEED_DIR)/build.log; echo "error: go could not build weed (log: $(WEED_DIR)/build.log)"; exit 1; \
 	  fi; \
-	  mv $(WEED_DIR)/weed.tmp $(WEED) && rm -rf $(WEED_DIR)/src && touch $(WEED_STAMP); \
+	  mv $(WEED_DIR)/weed.tmp $(WEED) && rm -rf $(WEED_DIR)/src; \
 	fi
 
-objectstore-setup: $(WEED_STAMP)
+objectstore-setup: $(WEED)
 
-setup: $(STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR) $(LOGSTORE_JAR) $(WEED_STAMP)
+setup: $(STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(SQL_JAR) $(LOGSTORE_JAR) $(WEED)
 
 # Apache Airflow lives in its own virtual environment (its dependency tree is not ours), with
 # the Apache Spark provider, and the project without its dependencies: the DAG file imports only

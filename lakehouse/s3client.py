@@ -123,8 +123,10 @@ class Bucket:
         now = dt.datetime.now(dt.UTC)
         stamp = now.strftime("%Y%m%dT%H%M%SZ")
         digest = hashlib.sha256(body).hexdigest() if body else EMPTY_SHA256
+        default_port = 443 if url.scheme == "https" else 80
+        host = url.hostname + (f":{url.port}" if url.port and url.port != default_port else "")
         signed = {
-            "host": url.netloc,
+            "host": host,
             "x-amz-content-sha256": digest,
             "x-amz-date": stamp,
             **{k.lower(): v for k, v in (headers or {}).items()},
@@ -143,7 +145,7 @@ class Bucket:
         for part in (stamp[:8], self.region, "s3", "aws4_request"):
             key_bytes = hmac.new(key_bytes, part.encode(), hashlib.sha256).digest()
         signature = hmac.new(key_bytes, to_sign.encode(), hashlib.sha256).hexdigest()
-        sent = {k: v for k, v in signed.items() if k != "host"}
+        sent = {("Host" if k == "host" else k): v for k, v in signed.items()}
         sent["Authorization"] = (
             f"AWS4-HMAC-SHA256 Credential={self.access_key}/{scope}, "
             f"SignedHeaders={names}, Signature={signature}"

@@ -37,9 +37,8 @@ def hadoop_conf(settings: Settings, env: Mapping[str, str] | None = None) -> dic
     }
     if endpoint:
         conf["spark.hadoop.fs.s3a.endpoint"] = endpoint
-        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
-            endpoint.lower().startswith("https://")
-        ).lower()
+        if endpoint.lower().startswith("http://"):  # (without a scheme: S3A's TLS)
+            conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = "false"
         # a store of its own answers in its own region: no probe of AWS's others
         conf["spark.hadoop.fs.s3a.cross.region.access.enabled"] = "false"
     # s3:// paths through S3A too (Hadoop has no other s3 file system)

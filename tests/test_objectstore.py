@@ -27,9 +27,7 @@ def _exports(out: str) -> dict[str, str]:
         check=True,
     )
     lines = shell.stdout.splitlines()
-    return dict(
-        line.split("=", 1) for line in lines if line.startswith(("AWS_", "LAKEHOUSE_OBJECT"))
-    )
+    return dict(line.split("=", 1) for line in lines if line.startswith(("AWS_", "LAKEHOUSE_")))
 
 
 def test_the_store_serves_its_bucket_with_put_if_absent_keeps_it_and_stops(tmp_path, capsys):
@@ -55,8 +53,11 @@ def test_the_store_serves_its_bucket_with_put_if_absent_keeps_it_and_stops(tmp_p
             "AWS_SECRET_ACCESS_KEY": secret,
             "AWS_ENDPOINT_URL": endpoint,
             "AWS_REGION": "us-east-1",
+            "LAKEHOUSE_S3__PATH_STYLE": "true",
             "LAKEHOUSE_OBJECTSTORE_URI": "s3a://lake-test",
         }
+        # weed's own log files in the store's folder, none in /tmp's
+        assert list((folder / "logs").iterdir())
 
         bucket = Bucket(endpoint, "lake-test", access, secret)
         assert bucket.keys() == []

@@ -141,3 +141,38 @@ def test_two_processes_racing_on_one_table_of_the_bucket_lose_no_commit(spark, b
         r.version for r in spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").select("version").collect()
     )
     assert versions == list(range(2 * count + 1))
+
+
+def test_the_log_store_refuses_a_commit_another_writer_made_and_takes_its_own(spark, bucket):
+    """The project's log store, called as Delta calls it: a commit file that exists with other
+    bytes is Delta's conflict (java.nio's FileAlreadyExistsException, from the store's 412); one
+    that holds this write's own bytes (a PUT retried after its answer was lost) is a success."""
+    from py4j.protocol import Py4JJavaError
+
+    _s3a(spark, bucket)
+    jvm = spark._jvm
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    store = jvm.lakehouse.delta.S3ConditionalLogStore(conf)
+    base = f"s3a://{bucket.bucket}/tables/gold/logstore/_delta_log"
+
+    def write(version: int, lines: list[str]) -> None:
+        actions = jvm.java.util.ArrayList()
+        for line in lines:
+            actions.add(line)
+        path = jvm.org.apache.hadoop.fs.Path(f"{base}/{version:020d}.json")
+        store.write(path, actions.iterator(), False, conf)
+
+    access, secret = bucket.keys()
+    client = Bucket(bucket.endpoint, bucket.bucket, access, secret)
+    key = "tables/gold/logstore/_delta_log/00000000000000000000.json"
+    write(0, ['{"commitInfo":{"writer":"first"}}', '{"add":{}}'])
+    assert client.get(key) == b'{"commitInfo":{"writer":"first"}}\n{"add":{}}\n'
+    with pytest.raises(Py4JJavaError) as conflict:
+        write(0, ['{"commitInfo":{"writer":"second"}}'])
+    assert conflict.value.java_exception.getClass().getName() == (
+        "java.nio.file.FileAlreadyExistsException"
+    )
+    assert client.get(key) == b'{"commitInfo":{"writer":"first"}}\n{"add":{}}\n'
+    # the same bytes there already: this write's own first attempt
+    write(0, ['{"commitInfo":{"writer":"first"}}', '{"add":{}}'])
+    assert client.keys("tables/gold/logstore/") == [key]

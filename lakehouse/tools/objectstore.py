@@ -88,19 +88,32 @@ class Store:
         return self.process.pid()
 
     def keys(self) -> tuple[str, str]:
-        """(access key id, secret key), made at the first call and kept in the folder."""
+        """(access key id, secret key), made at the first call and kept in the folder (a
+        running store knows only the keys it started with: a file it cannot read is an error,
+        never replaced)."""
+        if not self.credentials.exists():
+            self.dir.mkdir(parents=True, exist_ok=True)
+            access = "LH" + secrets.token_hex(9).upper()
+            secret = secrets.token_urlsafe(30)
+            # written whole under another name, then linked: a reader sees no half file, and
+            # of two first starts one makes the keys
+            draft = self.dir / f".credentials.{os.getpid()}.{secrets.token_hex(4)}"
+            fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(f"{access}\n{secret}\n")
+            try:
+                os.link(draft, self.credentials)
+            except FileExistsError:
+                pass  # the other start's keys
+            finally:
+                draft.unlink()
         try:
             access, secret = self.credentials.read_text().split()
-            return access, secret
         except (OSError, ValueError):
-            pass
-        self.dir.mkdir(parents=True, exist_ok=True)
-        access = "LH" + secrets.token_hex(9).upper()
-        secret = secrets.token_urlsafe(30)
-        self.credentials.unlink(missing_ok=True)
-        fd = os.open(self.credentials, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(f"{access}\n{secret}\n")
+            raise ObjectStoreError(
+                f"cannot read the store's keys in {self.credentials} (two lines: the access "
+                "key id, the secret key); stop the store, remove the file and start it again"
+            ) from None
         return access, secret
 
     def client(self) -> Bucket:
@@ -118,6 +131,8 @@ class Store:
             f"export AWS_SECRET_ACCESS_KEY={secret}",
             f"export AWS_ENDPOINT_URL={self.endpoint}",
             f"export AWS_REGION={REGION}",
+            # the bucket in the path (http://127.0.0.1:8333/lake), not in the host name
+            "export LAKEHOUSE_S3__PATH_STYLE=true",
             f"export LAKEHOUSE_OBJECTSTORE_URI={self.uri}",
         ]
 
@@ -190,8 +205,12 @@ def start(s: Store, timeout_s: float = START_TIMEOUT_S) -> tuple[int, bool]:
     # every port but S3's is the kernel's pick (their gRPC ports too: by default each is its
     # port + 10000, which another service may hold); the parts the lake does not use are off
     ports = {name: free_port(HOST) for name in ("master", "volume", "filer")}
-    grpc = {name: free_port(HOST) for name in ports}
-    command = [weed, "mini", f"-dir={s.data.absolute()}", f"-ip={HOST}", f"-ip.bind={HOST}"]
+    grpc = {name: free_port(HOST) for name in (*ports, "s3")}
+    logs = s.dir / "logs"
+    logs.mkdir(exist_ok=True)
+    # (its own log files in its folder, not in /tmp)
+    command = [weed, f"-logdir={logs.absolute()}", "mini", f"-dir={s.data.absolute()}"]
+    command += [f"-ip={HOST}", f"-ip.bind={HOST}", f"-s3.port.grpc={grpc['s3']}"]
     command += [f"-bucket={s.bucket}", f"-s3.port={s.port}", "-master.telemetry=false"]
     command += ["-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0"]
     command += ["-admin.port.legacy=0", "-s3.autoCreateBucket=false"]
