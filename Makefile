@@ -133,7 +133,7 @@ $(WEED): $(WEED_DIR)/.version-$(WEED_VERSION)
 	  echo "warning: go not found: SeaweedFS's weed command (lakehouse objectstore) cannot be built; install Go 1.26 and run make setup again"; \
 	else \
 	  echo "building SeaweedFS's weed command into $(WEED) (once; about 10 CPU-minutes the first time on a machine)"; \
-	  src=$$(cd /tmp && GOFLAGS= go mod download -json $(WEED_MODULE)@$(WEED_VERSION) 2> $(WEED_DIR)/build.log | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	  src=$$(cd /tmp && GOFLAGS= go mod download -json $(WEED_MODULE)@$(WEED_VERSION) 2> $(CURDIR)/$(WEED_DIR)/build.log | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
 	  if [ -z "$$src" ]; then \
 	    cat $(WEED_DIR)/build.log; echo "error: go could not download $(WEED_MODULE)@$(WEED_VERSION) (log: $(WEED_DIR)/build.log)"; exit 1; \
 	  fi; \
