@@ -81,31 +81,30 @@ $(KAFKA_JARS_STAMP): jars/kafka/pom.xml
 # (`provided`: nothing more is copied), then put beside delta-spark's jars; again when its pom
 # or a source changes, or after the folder is fetched anew. About 8 s once Maven's cache holds
 # what it needs (the first time it downloads about 60 MB of them).
-$(SQL_JAR): $(JARS_STAMP) $(SQL_SOURCES)
+# A jar of the project's own Java (jars/NAME: pom.xml and src/), built with `mvn package`
+# (which runs its JUnit tests, if any) and copied beside delta-spark's jars:
+# $(call build_jar,NAME,JAR,WHAT). Without Maven, a warning.
+define build_jar
 	@if ! command -v mvn >/dev/null 2>&1; then \
-	  echo "warning: mvn not found: lakehouse serve-sql's guard (jars/sql) cannot be built; install Maven (e.g. apt-get install maven) and run make setup again"; \
+	  echo "warning: mvn not found: $(3) (jars/$(1)) cannot be built; install Maven (e.g. apt-get install maven) and run make setup again"; \
 	elif [ -d $(JARS_DIR) ]; then \
-	  echo "building lakehouse serve-sql's guard and login (jars/sql) with Maven into $(JARS_DIR)"; \
-	  if ! mvn -q -B -Dstyle.color=never -f jars/sql/pom.xml package > jars/sql.log 2>&1; then \
-	    cat jars/sql.log; echo "error: Maven could not build jars/sql (log: jars/sql.log)"; exit 1; \
+	  echo "building $(3) (jars/$(1)) with Maven into $(JARS_DIR)"; \
+	  if ! mvn -q -B -Dstyle.color=never -f jars/$(1)/pom.xml package > jars/$(1).log 2>&1; then \
+	    cat jars/$(1).log; echo "error: Maven could not build jars/$(1) (log: jars/$(1).log)"; exit 1; \
 	  fi; \
-	  cp jars/sql/target/lakehouse-sql.jar $(SQL_JAR); \
+	  cp jars/$(1)/target/$(notdir $(2)) $(2); \
 	fi
+endef
+
+$(SQL_JAR): $(JARS_STAMP) $(SQL_SOURCES)
+	$(call build_jar,sql,$(SQL_JAR),lakehouse serve-sql's guard and login)
 
 # Delta's log on S3 with put-if-absent commits (jars/logstore: a LogStore on Delta's public
 # interface), built like the guard above and put beside delta-spark's jars
 LOGSTORE_JAR := $(JARS_DIR)/lakehouse-logstore.jar
 LOGSTORE_SOURCES := jars/logstore/pom.xml $(shell find jars/logstore/src -type f 2>/dev/null)
 $(LOGSTORE_JAR): $(JARS_STAMP) $(LOGSTORE_SOURCES)
-	@if ! command -v mvn >/dev/null 2>&1; then \
-	  echo "warning: mvn not found: Delta's S3 log store (jars/logstore) cannot be built; install Maven and run make setup again"; \
-	elif [ -d $(JARS_DIR) ]; then \
-	  echo "building Delta's S3 log store (jars/logstore) with Maven into $(JARS_DIR)"; \
-	  if ! mvn -q -B -Dstyle.color=never -f jars/logstore/pom.xml package > jars/logstore.log 2>&1; then \
-	    cat jars/logstore.log; echo "error: Maven could not build jars/logstore (log: jars/logstore.log)"; exit 1; \
-	  fi; \
-	  cp jars/logstore/target/lakehouse-logstore.jar $(LOGSTORE_JAR); \
-	fi
+	$(call build_jar,logstore,$(LOGSTORE_JAR),Delta's S3 log store)
 
 # The classes a Spark driver loads, parsed and verified once and mapped by every later driver
 # (Java's class data sharing), for machines that start many short drivers (scheduled runs, the

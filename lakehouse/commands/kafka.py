@@ -60,13 +60,7 @@ def cmd_kafka(args: argparse.Namespace) -> int:
         print(f"kafka: {state} (pid {pid}) at {broker.bootstrap}{sasl}; log {broker.log}")
         return 0
     if args.action == "stop":
-        pid, found = kafka.stop(broker)
-        if pid:
-            print(f"kafka: stopped (pid {pid})")
-        elif found:  # a pid file naming another process: left running
-            print(f"kafka: nothing stopped: {found}")
-        else:
-            print(f"kafka: not running ({broker.dir})")
+        print(kafka.stop(broker).line("kafka", broker.dir))
         return 0
     lines = kafka.status_lines(broker)
     print("\n".join(lines))

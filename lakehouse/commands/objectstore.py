@@ -62,13 +62,7 @@ def cmd_objectstore(args: argparse.Namespace) -> int:
         print("\n".join(s.exports()))
         return 0
     if args.action == "stop":
-        pid, found = objectstore.stop(s)
-        if pid:
-            print(f"objectstore: stopped (pid {pid})")
-        elif found:  # a pid file naming another process: left running
-            print(f"objectstore: nothing stopped: {found}")
-        else:
-            print(f"objectstore: not running ({s.dir})")
+        print(objectstore.stop(s).line("objectstore", s.dir))
         return 0
     print("\n".join(objectstore.status_lines(s)))
     return 0 if s.pid() else 1

@@ -110,6 +110,14 @@ class Stop(NamedTuple):
     pid: int | None
     found: str
 
+    def line(self, service: str, folder: Path) -> str:
+        """What a ``stop`` command prints for ``service`` (``kafka``) of ``folder``."""
+        if self.pid:
+            return f"{service}: stopped (pid {self.pid})"
+        if self.found:  # a pid file naming another process: left running
+            return f"{service}: nothing stopped: {self.found}"
+        return f"{service}: not running ({folder})"
+
 
 @dataclass(frozen=True)
 class PidFile:
