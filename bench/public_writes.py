@@ -12,9 +12,14 @@ the snapshot update, its protocol and metadata):
   (public; delta-rs writes no checksum file).
 
 Prints, per size and table, the median seconds of the append and of the read after it, over
-the batches after the first two (warm-up), and whether every table holds the same rows.
+the ``--batches`` after the ``--history`` appends, less their first two (warm-up), and whether
+every table holds the same rows.
 
     python bench/public_writes.py [--sizes 100 10000 100000] [--batches 9] [--history 20]
+                                  [--checkpoint-interval 50] [--kinds spark-txn rs ...]
+
+``--checkpoint-interval``: the tables' ``delta.checkpointInterval`` (delta-spark reads a
+version without a checksum by replaying the log since the last checkpoint, in a Spark job).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--history", type=int, default=20, help="appends each table has before the measured ones"
     )
+    parser.add_argument("--checkpoint-interval", type=int, default=50)
+    parser.add_argument("--kinds", nargs="+", default=["spark-txn", "spark-plain", "store", "rs"])
     args = parser.parse_args(argv)
 
     from deltalake import CommitProperties, Transaction, write_deltalake
@@ -43,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = load_settings("test", overrides={"root": tempfile.mkdtemp(prefix="public-")})
     spark = build_session(settings, app_name="bench-public-writes")
+    spark.conf.set(
+        "spark.databricks.delta.properties.defaults.checkpointInterval",
+        str(args.checkpoint_interval),
+    )
     store = table_store(spark, settings)
 
     def batch(i: int, n: int):
@@ -76,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         "store": store_write,
         "rs": rs_write,
     }
+    paths = {kind: paths[kind] for kind in args.kinds}
     print(f"{'rows':>8} {'table':>12} {'append s':>9} {'read s':>7}")
     for n in args.sizes:
         names = {kind: f"bronze.{kind.replace('-', '_')}_{n}" for kind in paths}
@@ -96,11 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                     laps[kind][0].append(appended - start)
                     laps[kind][1].append(read - appended)
             rows.unpersist()
-        first = store.read(names["spark-txn"])
+        tables = [store.read(name) for name in names.values()]
         same = all(
-            first.exceptAll(store.read(name)).isEmpty()
-            and store.read(name).exceptAll(first).isEmpty()
-            for name in names.values()
+            tables[0].exceptAll(t).isEmpty() and t.exceptAll(tables[0]).isEmpty() for t in tables
         )
         for kind, (append_s, read_s) in laps.items():
             print(
