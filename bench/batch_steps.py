@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from lakehouse.runner import run_layers
     from lakehouse.session import build_session
     from lakehouse.settings import load_settings
-    from lakehouse.storage.store import BATCH_STEPS
+    from lakehouse.storage.streams import BATCH_STEPS
     from lakehouse.tools import generate as gen
 
     root = args.root or Path(tempfile.mkdtemp(prefix="batch-steps-"))

@@ -4,7 +4,7 @@
 
 1. **Creation.** Creates ``--tables`` empty tables of silver.ad_attribution's schema with
    delta-spark's CREATE TABLE (``DeltaTable.createIfNotExists``) and ``--tables`` with the
-   store's own first commit (``TableStore.create``), alternating, in a session that created a
+   store's (``TableStore.create``: delta-rs's ``DeltaTable.create``), alternating, in a session that created a
    table already (the first creation of a JVM loads Delta's classes), and prints the median
    seconds of each. Every flow creates its output tables at its first start: a new lake (the
    demo, every test) pays it per table.

@@ -48,7 +48,7 @@ def flow_latencies(settings, flow: str) -> dict[str, float]:
     """Median seconds of a flow's micro-batches that read rows: the whole batch, Spark's parts
     of it, and the foreachBatch steps recorded for it."""
     from lakehouse.storage import deltafiles as dfiles
-    from lakehouse.storage.store import BATCH_STEPS
+    from lakehouse.storage.streams import BATCH_STEPS
 
     table = dfiles.open_table(settings.table_path("ops.stream_progress"))
     frame = table.to_pandas(filters=[("flow", "=", flow)])

@@ -47,7 +47,7 @@ def analyse_flows(
     naming the flow, on the first one that does not."""
     from lakehouse.runner import flow_frame
     from lakehouse.storage import table_store
-    from lakehouse.storage.store import route_rows, with_batch_columns
+    from lakehouse.storage.streams import route_rows, with_batch_columns
 
     with tempfile.TemporaryDirectory(prefix="lakehouse-analyse-") as scratch:
         lake = settings.with_overrides({"root": scratch})
@@ -77,7 +77,7 @@ def analyse_flows(
             for output in flow.outputs:
                 schema = output.schema or outputs[output.table]
                 if not store.exists(output.table):
-                    store.create(output.table, schema, output.partition_by)
+                    store.create(output.table, schema, output.partition_by, engine=output.engine)
             analysed.append(AnalysedFlow(flow, outputs, tuple(stateful_operators(frame))))
         return analysed
 

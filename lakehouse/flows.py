@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 
 T = TypeVar("T")
+# the engines that write a table (Output.engine): each table is written by one, through its
+# public API (lakehouse.storage.rs_writes, lakehouse.storage.spark_writes)
+ENGINES = ("delta-rs", "delta-spark")
 # rows for other tables: a DataFrame, or Arrow rows (small: appended with delta-rs)
 SideOutputs = dict[str, "DataFrame | pa.Table | Future[DataFrame | pa.Table | None]"]
 
@@ -117,6 +120,16 @@ class Output:
     # window's or session's end): rows before the flow's watermark are final, and
     # ops.completeness records that mark (see lakehouse.runner.monitoring)
     complete_by: str | None = None
+    # the engine that writes the table (one of ENGINES): delta-rs, whose small commits cost a
+    # tenth of delta-spark's, unless a table needs delta-spark
+    engine: str = "delta-rs"
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(
+                f"table {self.table}: engine must be one of {', '.join(ENGINES)}; "
+                f"got {self.engine!r}"
+            )
 
 
 @dataclass(frozen=True)

@@ -135,20 +135,11 @@ class MaintenanceSettings:
 
 @dataclass(frozen=True)
 class WriteSettings:
-    # A micro-batch's rows for a table that streams read (bronze and silver) are written in
-    # event-time order, into files of about this many rows at most (one file for a smaller
-    # micro-batch), so a reader admitting a few files at a time sees them in time order
+    # A micro-batch's rows for a table that streams read (bronze and silver) written by
+    # delta-spark go in files of about this many rows at most, one range of event times each
+    # (one file for a smaller micro-batch), so a reader admitting a few files at a time sees
+    # them in time order; delta-rs writes such a micro-batch in one file
     rows_per_file: int = 500_000
-    # An upsert (update-mode MERGE) of at most this many rows is merged by delta-rs from
-    # Arrow on the driver (a few tens of milliseconds where delta-spark's MERGE takes 1 to
-    # 2 s); a larger one by delta-spark. 0 = always delta-spark
-    arrow_upsert_rows: int = 1_000_000
-    # A micro-batch's append of at most this many rows (and one file's worth, rows_per_file,
-    # and at most store.ARROW_MAX_BYTES in Spark's cache) to an existing table that is not
-    # partitioned is written by delta-rs from Arrow on the driver (about 0.05 s where
-    # delta-spark's write job and commit take 0.3 s); a larger one by delta-spark.
-    # 0 = always delta-spark
-    arrow_append_rows: int = 100_000
 
 
 @dataclass(frozen=True)
@@ -627,7 +618,17 @@ def _retired(dotted: str, value: Any, source: str | None = None) -> bool:
 
 
 def _unknown_key(dotted: str, siblings: Mapping[str, Any]) -> str:
+    if dotted in _REMOVED:
+        return f"setting {dotted!r} was removed: {_REMOVED[dotted]}; remove it"
     return f"unknown setting {dotted!r}; allowed here: {', '.join(sorted(siblings))}"
+
+
+# settings of an earlier release, and why they went
+_REMOVED = {
+    key: "every table is written by the one engine its declaration names (delta-rs by default), "
+    "whatever the size of a micro-batch"
+    for key in ("write.arrow_upsert_rows", "write.arrow_append_rows")
+}
 
 
 _CHOICES = {
@@ -669,8 +670,6 @@ _POSITIVE = {
 _NON_NEGATIVE = {
     "shuffle_partitions",
     "trigger.max_files_per_trigger",
-    "write.arrow_upsert_rows",
-    "write.arrow_append_rows",
     "trigger.restarts",
     "maintenance.vacuum_retention_hours",
     "maintenance.target_file_size_mb",

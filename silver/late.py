@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from lakehouse.storage.store import BATCH_ID, LATE_BEFORE
+from lakehouse.storage.streams import BATCH_ID, LATE_BEFORE
 from silver.quarantine import CHECKED, ROUTE, SIDE
 
 TABLE = "silver.late_events"

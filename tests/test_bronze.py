@@ -23,7 +23,7 @@ from lakehouse.runner import FlowFailed, layer_flows, run_flows, run_layers
 from lakehouse.settings import load_settings
 from lakehouse.storage import table_store
 from lakehouse.storage.deltafiles import latest_version
-from lakehouse.storage.store import FAILPOINT_ENV
+from lakehouse.storage.faults import FAILPOINT_ENV
 from lakehouse.tools import generate as gen
 
 REPO = Path(__file__).resolve().parents[1]

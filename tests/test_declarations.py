@@ -93,6 +93,35 @@ def test_a_table_several_flows_write_says_whose_rows_are_whose():
         assert len({value for _, value in owners}) == len(owners), table
 
 
+def test_each_table_is_written_by_one_engine_its_declarations_name():
+    """Every table of the lake is delta-rs's; an engine that is not one of the two, and a table
+    whose writers name two (its commits are made through one engine's public API), are
+    refused in one line naming the table."""
+    graph = pipeline()
+    engines = {
+        table: {o.engine for f in graph.writers(table) for o in f.outputs if o.table == table}
+        for table in graph.tables
+    }
+    assert {table: e for table, e in engines.items() if e != {"delta-rs"}} == {}
+    with pytest.raises(ValueError) as err:
+        Output("silver.x", engine="duckdb")
+    assert str(err.value) == (
+        "table silver.x: engine must be one of delta-rs, delta-spark; got 'duckdb'"
+    )
+    flows = [
+        Flow(
+            f"silver.{n}", (TableInput("bronze.x"),), lambda df: df, (Output("silver.x", engine=e),)
+        )
+        for n, e in (("a", "delta-rs"), ("b", "delta-spark"))
+    ]
+    with pytest.raises(ValueError) as err:
+        PipelineGraph.of(flows)
+    assert str(err.value) == (
+        "table silver.x is declared with two engines (delta-rs, delta-spark): a table is "
+        "written by one"
+    )
+
+
 def test_verify_refuses_to_pass_a_declared_table_it_does_not_check():
     """Bronze and silver tables are checked by verify's own code, not by a declared reference:
     a new one there without a check makes verify fail instead of calling every table equal."""

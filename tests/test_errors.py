@@ -16,8 +16,8 @@ PACKAGES = ("lakehouse", "bronze", "silver", "gold")
 # form of a stop Spark recognizes in a foreachBatch function
 INTERNAL = {
     "lakehouse.runner.errors.RunStopped",
-    "lakehouse.storage.store.Failpoint",
-    "lakehouse.storage.store.BatchInterrupted",
+    "lakehouse.storage.faults.Failpoint",
+    "lakehouse.storage.streams.BatchInterrupted",
 }
 
 

@@ -282,9 +282,9 @@ def test_airflow_dags_test_runs_the_pipeline_and_maintenance(airflow_env, events
         "AIRFLOW_HOME": str(tmp_path / "airflow-home"),
         "LAKEHOUSE_ROOT": str(tmp_path / "lake"),
         "LAKEHOUSE_SCHEDULER__GENERATE_EVENTS": str(events),
-        # bronze writes a micro-batch in files of a quarter of its events' rows: small files
-        # for the maintenance DAG to compact (by default this one would fit in a single file)
-        "LAKEHOUSE_WRITE__ROWS_PER_FILE": str(events // 4),
+        # bronze admits 20 landing files per micro-batch and writes each in one file: several
+        # small files for the maintenance DAG to compact (read at once, they would be one)
+        "LAKEHOUSE_TRIGGER__MAX_FILES_PER_TRIGGER": "20",
     }
     Path(env["AIRFLOW_HOME"]).mkdir()
     _migrate(env)

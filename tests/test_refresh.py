@@ -20,7 +20,7 @@ from lakehouse.runner.refresh import downstream, flows_writing, refresh, with_do
 from lakehouse.settings import load_settings
 from lakehouse.storage import table_store
 from lakehouse.storage.deltafiles import open_table
-from lakehouse.storage.store import FAILPOINT_ENV
+from lakehouse.storage.faults import FAILPOINT_ENV
 from lakehouse.tools import generate as gen
 from silver.events import SCHEMA as EVENTS_SCHEMA
 

@@ -82,6 +82,13 @@ def test_lake_layout():
             "digits, '.', '_', '-'); got 'spark default'",
         ),
         ({"scheduler.spark_conn_id": ""}, {}, "must be an Airflow connection id"),
+        (
+            {"write.arrow_append_rows": "0"},
+            {},
+            "setting 'write.arrow_append_rows' was removed: every table is written by the one "
+            "engine its declaration names (delta-rs by default), whatever the size of a "
+            "micro-batch; remove it",
+        ),
     ],
 )
 def test_bad_values_name_the_key_and_the_allowed_values(overrides, env, message):

@@ -95,7 +95,7 @@ def test_registering_a_registered_lake_writes_nothing(gold, spark, settings, tmp
     per table and view, no table or view written again; the same names in another lake are
     registered anew, at its location."""
     from lakehouse.storage import table_store
-    from lakehouse.storage.store import registered_location
+    from lakehouse.storage.catalog import registered_location
     from lakehouse.tools.sql import LakeCatalog
 
     tables = ["gold.ad_performance_hourly", "gold.sessions", "ops.completeness"]

@@ -3,6 +3,7 @@ write path (a replayed micro-batch is skipped), tables the catalog knows, one-li
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -11,7 +12,6 @@ import sys
 import traceback
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from py4j.protocol import Py4JJavaError
@@ -24,8 +24,8 @@ from storage_helpers import KV, append_versions, rows
 from lakehouse import checkpoints, locks
 from lakehouse.storage import SchemaMismatch, TableNotFound
 from lakehouse.storage import deltafiles as dfiles
-from lakehouse.storage import store as store_module
-from lakehouse.storage.store import FAILPOINT_ENV, BatchInterrupted, Route, interruption
+from lakehouse.storage.faults import FAILPOINT_ENV
+from lakehouse.storage.streams import BatchInterrupted, Route, interruption
 
 PROJECT = Path(__file__).resolve().parents[1]
 TXN_CONFS = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion")
@@ -55,28 +55,19 @@ def test_a_table_whose_creation_was_killed_before_its_commit_is_created(spark, s
     assert not (log / ".00000000000000000000.json.0b1c.tmp").exists()
 
 
-def _creation(path: Path) -> list[dict]:
-    """Version 0's actions of the table at ``path``, without what differs from one creation to
-    the next (times, ids, the engine's name)."""
-    import json
-
-    actions = [json.loads(line) for line in (path / "_delta_log" / f"{0:020d}.json").open()]
-    for action in actions:
-        for kind, drop in (
-            ("commitInfo", ("timestamp", "txnId", "engineInfo")),
-            ("metaData", ("id", "createdTime")),
-        ):
-            if kind in action:
-                for key in drop:
-                    del action[kind][key]
-    return sorted(actions, key=lambda a: next(iter(a)))
+def _log_actions(path: Path, version: int = 0) -> dict[str, dict]:
+    """The actions of commit ``version`` of the table at ``path``, by kind (one of each)."""
+    lines = (path / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
+    return {k: v for a in map(json.loads, filter(None, lines)) for k, v in a.items()}
 
 
-def test_a_table_created_without_spark_is_the_one_delta_spark_creates(spark, store, tmp_path):
-    """A new table's first commit is written by the store itself, without a Spark job: the
-    same actions as delta-spark's CREATE TABLE (protocol, schema, partitions, the session's
-    default properties), and Spark writes and reads it. A schema that needs a table feature
-    (a timestamp without time zone) is left to delta-spark."""
+@pytest.mark.parametrize("engine", ["delta-rs", "delta-spark"])
+def test_a_table_is_created_by_its_engine_and_read_and_written_by_spark(spark, store, engine):
+    """A table is created by the engine its declaration names, through that engine's public
+    API: its schema (every column nullable, times in UTC), its partitions and the session's
+    default table properties are the declared ones, Spark writes and reads it, and a second
+    creation is a no-op. A partition column the schema lacks is refused in one line, leaving
+    no table behind (delta-rs 1.6 would commit one it then cannot read)."""
     from pyspark.sql.types import (
         ArrayType,
         DateType,
@@ -87,107 +78,63 @@ def test_a_table_created_without_spark_is_the_one_delta_spark_creates(spark, sto
         StringType,
         StructField,
         StructType,
-        TimestampNTZType,
         TimestampType,
     )
 
-    schema = StructType(
-        [
-            StructField("id", LongType(), nullable=False),
-            StructField("at", TimestampType()),
-            StructField("day", DateType()),
-            StructField("amount", DecimalType(12, 2)),
-            StructField("tags", ArrayType(StringType())),
-            StructField("pages", MapType(StringType(), DoubleType())),
-            StructField("user", StructType([StructField("name", StringType())])),
-            StructField("country", StringType()),
-        ]
-    )
-    assert store.create("gold.made_here", schema, ["day", "country"]) is True
-    by_spark = tmp_path / "by_spark"
-    made_here = store.path("gold.made_here")
-    assert _creation(made_here) == _creation_by_spark(spark, by_spark, schema, ["day", "country"])
-    assert _checksum(made_here) == _checksum(by_spark)  # (without it a first append is slow)
-    assert _engine(made_here) == "lakehouse"  # (not a Spark job)
-    # nothing else left in the log (the partial files are gone)
-    assert sorted(p.name for p in (made_here / "_delta_log").iterdir()) == [
-        f"{0:020d}.crc",
-        f"{0:020d}.json",
+    fields = [
+        ("id", LongType()),
+        ("at", TimestampType()),
+        ("day", DateType()),
+        ("amount", DecimalType(12, 2)),
+        ("tags", ArrayType(StringType())),
+        ("pages", MapType(StringType(), DoubleType())),
+        ("user", StructType([StructField("name", StringType())])),
+        ("country", StringType()),
     ]
-    assert store.create("gold.made_here", schema, ["day", "country"]) is False
+    schema = StructType([StructField(n, t, nullable=(n != "id")) for n, t in fields])
+    assert store.create("gold.made", schema, ["day", "country"], engine=engine) is True
+    path = store.path("gold.made")
+    actions = _log_actions(path)
+    assert actions["metaData"]["partitionColumns"] == ["day", "country"]
+    assert actions["metaData"]["configuration"] == {"delta.checkpointInterval": "50"}
+    made_by = actions["commitInfo"].get("engineInfo") or actions["commitInfo"]["clientVersion"]
+    assert made_by.startswith({"delta-rs": "delta-rs:", "delta-spark": "Apache-Spark/"}[engine])
+    assert [(f.name, f.dataType) for f in store.read("gold.made").schema] == fields
+    assert store.create("gold.made", schema, ["day", "country"], engine=engine) is False
 
     row = spark.sql(
         "SELECT 7L AS id, TIMESTAMP'2026-11-28 10:00:00' AS at, DATE'2026-11-28' AS day,"
         " CAST(3.25 AS DECIMAL(12,2)) AS amount, array('a') AS tags, map('home', 1.5D) AS pages,"
         " named_struct('name', 'ann') AS user, 'NZ' AS country"
     )
-    store.write(row, "gold.made_here")
-    assert [r.asDict(recursive=True) for r in store.read("gold.made_here").collect()] == [
+    store.write(row, "gold.made", engine=engine)
+    assert [r.asDict(recursive=True) for r in store.read("gold.made").collect()] == [
         r.asDict(recursive=True) for r in row.collect()
     ]
+    assert dfiles.latest_version(path) == 1
 
-    ntz = StructType([StructField("at", TimestampNTZType())])
-    assert store.create("gold.ntz", ntz) is True
-    [protocol] = [a["protocol"] for a in _creation(store.path("gold.ntz")) if "protocol" in a]
-    assert "timestampNtz" in protocol.get("writerFeatures", []), protocol
-    assert _creation(store.path("gold.ntz")) == _creation_by_spark(spark, tmp_path / "ntz", ntz)
-    assert _engine(store.path("gold.ntz")).startswith("Apache-Spark/")
-
-    # what delta-spark refuses is refused, by delta-spark: nothing is left on disk
-    with pytest.raises(Exception, match="nowhere"):
-        store.create("gold.refused", ntz, ["nowhere"])
+    with pytest.raises(ValueError) as refused:
+        store.create("gold.refused", schema, ["nowhere"], engine=engine)
+    assert (
+        str(refused.value) == "table gold.refused: partition column(s) nowhere not in its columns"
+    )
     assert not store.exists("gold.refused")
 
 
-def test_a_session_default_that_needs_a_table_feature_leaves_the_creation_to_delta_spark(
-    spark, settings
-):
-    """A session whose default table properties need a table feature (deletion vectors here)
-    gets its tables from delta-spark, with that feature."""
-    from pyspark.sql.types import LongType, StructField, StructType
-
-    from lakehouse.storage import table_store
-
-    key = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
-    spark.conf.set(key, "true")
-    try:
-        store = table_store(spark, settings)
-        assert store.create("gold.vectors", StructType([StructField("n", LongType())])) is True
-    finally:
-        spark.conf.unset(key)
-    path = store.path("gold.vectors")
-    [protocol] = [a["protocol"] for a in _creation(path) if "protocol" in a]
-    assert "deletionVectors" in protocol["writerFeatures"], protocol
-    assert _engine(path).startswith("Apache-Spark/")
-
-
-def _checksum(path: Path) -> dict:
-    """Version 0's checksum file, without its ids and times."""
-    import json
-
-    checksum = json.loads((path / "_delta_log" / f"{0:020d}.crc").read_text())
-    del checksum["txnId"], checksum["metadata"]["id"], checksum["metadata"]["createdTime"]
-    return checksum
-
-
-def _engine(path: Path) -> str:
-    import json
-
-    with (path / "_delta_log" / f"{0:020d}.json").open() as log:
-        return next(
-            json.loads(line)["commitInfo"]["engineInfo"] for line in log if "commitInfo" in line
-        )
-
-
-def _creation_by_spark(spark, path: Path, schema, partition_by=()) -> list[dict]:
-    """:func:`_creation` of the table delta-spark's CREATE TABLE makes at ``path``."""
-    from delta.tables import DeltaTable as SparkDeltaTable
-
-    builder = SparkDeltaTable.createIfNotExists(spark).location(str(path)).addColumns(schema)
-    if partition_by:
-        builder = builder.partitionedBy(*partition_by)
-    builder.execute()
-    return _creation(path)
+def test_the_product_code_makes_no_call_into_delta_sparks_internals():
+    """The default write path uses the engines' public APIs only: no module of the product
+    names a class of delta-spark's ``org.apache.spark.sql.delta`` package through py4j (the
+    session's catalog setting names Delta's catalog by its class: configuration, not a
+    call), and none writes a Delta log or checksum file itself."""
+    found = []
+    for package in ("lakehouse", "bronze", "silver", "gold"):
+        for source in sorted((PROJECT / package).rglob("*.py")):
+            for number, line in enumerate(source.read_text().splitlines(), 1):
+                calls_delta = "sql.delta" in line and "DeltaCatalog" not in line
+                writes_log = ".crc" in line and "write" in line
+                if calls_delta or writes_log:
+                    found.append(f"{source.relative_to(PROJECT)}:{number}: {line.strip()}")
+    assert found == []
 
 
 def _wait_until_blocked_in(thread, function, seconds: float = 120) -> None:
@@ -280,25 +227,38 @@ def test_two_streaming_queries_append_to_one_table(spark, store, settings):
     assertDataFrameEqual(store.read("silver.both"), spark.createDataFrame(rows(0, 200), KV))
 
 
-# an upsert of a few rows into a table with rows is delta-rs's MERGE; write.arrow_upsert_rows 0
-# makes it delta-spark's: both paths, the same rows and the same exactly-once
-UPSERT_PATHS = pytest.mark.parametrize("arrow_rows", [1_000_000, 0], ids=["delta-rs", "spark"])
-# (the replayed batch's test on delta-spark's path in make test-all: in CI, the upsert into a
-# table delta-rs cannot write takes delta-spark's MERGE, and its replay is skipped)
-REPLAY_PATHS = pytest.mark.parametrize(
-    "arrow_rows", [1_000_000, pytest.param(0, marks=pytest.mark.full)], ids=["delta-rs", "spark"]
-)
+# a table is upserted by the engine its declaration names: both engines, the same rows and
+# the same exactly-once
+UPSERT_PATHS = pytest.mark.parametrize("engine", ["delta-rs", "delta-spark"])
+
+
+class _Engine:
+    """The store's writes by one engine (what a table's declaration says)."""
+
+    def __init__(self, store, engine: str):
+        self.store, self.engine = store, engine
+
+    def upsert(self, *args, **kwargs):
+        return self.store.upsert(*args, engine=self.engine, **kwargs)
+
+    def create(self, *args, **kwargs):
+        return self.store.create(*args, engine=self.engine, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
 
 
 @pytest.fixture
-def upserts(spark, settings, arrow_rows):
-    from lakehouse.storage import table_store
-
-    return table_store(spark, settings.with_overrides({"write.arrow_upsert_rows": arrow_rows}))
+def upserts(store, engine):
+    return _Engine(store, engine)
 
 
-@REPLAY_PATHS
-def test_update_mode_replayed_batch_is_skipped(spark, upserts, arrow_rows):
+def _made_by(commit: dict) -> str:
+    return commit.get("engineInfo") or commit.get("clientVersion") or ""
+
+
+@UPSERT_PATHS
+def test_update_mode_replayed_batch_is_skipped(spark, upserts, engine):
     store = upserts
     df = spark.createDataFrame([(1, 1, "a"), (2, 1, "b")], "k long, n long, latest string")
     store.upsert(df, "gold.once", ["k"], "app", 0)
@@ -314,8 +274,7 @@ def test_update_mode_replayed_batch_is_skipped(spark, upserts, arrow_rows):
     history = DeltaTable(str(store.path("gold.once"))).history()
     assert [h["operation"] for h in history][:1] == ["MERGE"]
     assert DeltaTable(str(store.path("gold.once"))).transaction_version("app") == 1
-    engine = history[0].get("engineInfo") or history[0].get("clientVersion") or ""
-    assert ("delta-rs" in engine) == bool(arrow_rows), history[0]
+    assert ("delta-rs" in _made_by(history[0])) == (engine == "delta-rs"), history[0]
 
 
 @UPSERT_PATHS
@@ -342,9 +301,9 @@ def test_upsert_by_two_key_columns_and_update_expressions(spark, upserts):
 
 
 @UPSERT_PATHS
-def test_an_upsert_into_a_table_with_no_rows_is_an_append(spark, upserts, arrow_rows):
-    """Nothing to match: the batch is appended (by delta-rs when it is few rows), once;
-    keys that occur twice in it are still refused."""
+def test_an_upsert_into_a_table_with_no_rows_is_an_append(spark, upserts, engine):
+    """Nothing to match: delta-rs appends the batch, once (delta-spark MERGEs it); keys
+    that occur twice in it are still refused."""
     store = upserts
     kv = "k long, v string"
     store.create("gold.fresh", spark.createDataFrame([], kv).schema)
@@ -358,27 +317,11 @@ def test_an_upsert_into_a_table_with_no_rows_is_an_append(spark, upserts, arrow_
     table = DeltaTable(str(store.path("gold.fresh")))
     assert table.transaction_version("app") == 0
     last = table.history(1)[0]
-    engine = last.get("engineInfo") or last.get("clientVersion") or ""
-    assert last["operation"] == "WRITE" and ("delta-rs" in engine) == bool(arrow_rows), last
-
-
-def test_an_upsert_into_a_table_delta_rs_cannot_write_is_delta_sparks(spark, store):
-    """A table with in-commit timestamps (a writer feature delta-rs 1.x refuses to commit
-    to): a small upsert falls back to delta-spark's MERGE, exactly once."""
-    kv = "k long, v string"
-    store.upsert(spark.createDataFrame([(1, "a"), (2, "b")], kv), "gold.ict", ["k"], "app", 0)
-    path = store.path("gold.ict")
-    spark.sql(
-        f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableInCommitTimestamps = true)"
-    )
-    store.upsert(spark.createDataFrame([(2, "c"), (3, "d")], kv), "gold.ict", ["k"], "app", 1)
-    store.upsert(spark.createDataFrame([(2, "x")], kv), "gold.ict", ["k"], "app", 1)  # replayed
-    expected = spark.createDataFrame([(1, "a"), (2, "c"), (3, "d")], kv)
-    assertDataFrameEqual(store.read("gold.ict"), expected)
-    table = DeltaTable(str(path))
-    assert table.transaction_version("app") == 1
-    last = table.history(1)[0]
-    assert last["operation"] == "MERGE" and "Apache-Spark" in last.get("engineInfo", ""), last
+    operation, made_by = {
+        "delta-rs": ("WRITE", "delta-rs:"),
+        "delta-spark": ("MERGE", "Apache-Spark/"),
+    }[engine]
+    assert last["operation"] == operation and _made_by(last).startswith(made_by), last
 
 
 @UPSERT_PATHS
@@ -437,11 +380,13 @@ def test_a_replayed_stateful_batch_runs_its_state_and_writes_nothing(spark, stor
     assertDataFrameEqual(store.read("silver.d_high"), spark.createDataFrame(rows(3, 5), KV))
 
 
-def test_a_routed_batch_is_written_in_event_time_order_and_read_back_so(spark, settings):
+@pytest.mark.parametrize("engine", ["delta-rs", "delta-spark"])
+def test_a_routed_batch_is_written_in_event_time_order_and_read_back_so(spark, settings, engine):
     """40 events over 4 hours come in one micro-batch, from 4 upstream files that each span
-    the 4 hours. Written with 10 rows per file, the batch becomes 4 files of one hour each,
-    listed in time order by the commit and by the snapshot; a stream that reads them one file
-    at a time with a 5-minute watermark drops nothing."""
+    the 4 hours. delta-rs writes the batch in one file; delta-spark, at 10 rows per file, in
+    4 files of one hour each, listed in time order by the commit. A stream that reads the
+    table from its first version one file at a time with a 5-minute watermark drops
+    nothing."""
     import datetime as dt
 
     from lakehouse.storage import table_store
@@ -455,25 +400,25 @@ def test_a_routed_batch_is_written_in_event_time_order_and_read_back_so(spark, s
     upstream = spark.createDataFrame(
         spark.sparkContext.parallelize(spread, 4), "k long, t timestamp"
     )
-    store.write(upstream, "bronze.t")
-    assert len(snapshot_files(store.path("bronze.t"))) == 4
+    store.write(upstream, "bronze.t", engine="delta-spark")
+    assert len(committed_files(store.path("bronze.t"), 0)) == 4
 
-    store.create("silver.t", upstream.schema)
+    store.create("silver.t", upstream.schema, engine=engine)
     store.write_stream_routed(
         store.read_stream("bronze.t"),
-        [Route("silver.t", lambda batch: batch, (), "t")],
+        [Route("silver.t", lambda batch: batch, (), "t", engine=engine)],
         settings.checkpoint_path("silver", "t"),
         trigger={"availableNow": True},
     ).awaitTermination()
     root = str(store.path("silver.t"))
     committed = committed_files(root, dfiles.latest_version(root))
-    assert snapshot_files(root) == [path for path, _stats in committed]
+    hours = {"delta-rs": 1, "delta-spark": 4}[engine]
     assert [first_time(stats, "t") for _path, stats in committed] == [
-        start + dt.timedelta(hours=h) for h in range(4)
+        start + dt.timedelta(hours=h) for h in range(hours)
     ]
 
     hourly = (
-        store.read_stream("silver.t", max_files_per_trigger=1)
+        store.read_stream("silver.t", max_files_per_trigger=1, starting_version=0)
         .withWatermark("t", "5 minutes")
         .groupBy(F.window("t", "1 hour"))
         .count()
@@ -486,7 +431,7 @@ def test_a_routed_batch_is_written_in_event_time_order_and_read_back_so(spark, s
     dropped = [
         op["numRowsDroppedByWatermark"] for p in query.recentProgress for op in p["stateOperators"]
     ]
-    assert len([p for p in query.recentProgress if p["numInputRows"]]) == 4
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) == hours
     assert sum(dropped) == 0
     assert sorted(tuple(r) for r in store.read("gold.t").collect()) == [
         (start.replace(tzinfo=None) + dt.timedelta(hours=h), 10) for h in range(3)
@@ -500,15 +445,6 @@ def committed_files(root, version: int) -> list[tuple[str, str]]:
     log = Path(root) / "_delta_log" / f"{version:020d}.json"
     actions = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     return [(a["add"]["path"], a["add"]["stats"]) for a in actions if "add" in a]
-
-
-def snapshot_files(root) -> list[str]:
-    """A table's files in the order a stream reads its snapshot: modification time, then
-    path (delta-spark's order)."""
-    import pyarrow as pa
-
-    adds = pa.table(DeltaTable(str(root)).get_add_actions(flatten=True)).to_pylist()
-    return [a["path"] for a in sorted(adds, key=lambda a: (a["modification_time"], a["path"]))]
 
 
 def forget_last_batch(checkpoint) -> None:
@@ -570,26 +506,22 @@ def test_complete_sink_skips_a_replayed_batch(spark, store, settings):
     assert store.read("gold.c").collect() == [Row(count=4)]
 
 
-# a micro-batch's few rows for a table are appended by delta-rs; write.arrow_append_rows 0
-# makes it delta-spark's: both paths, the same rows and the same exactly-once
-# (delta-spark's path in make test-all: in CI, the append delta-rs cannot make takes
-# delta-spark's, its replay skipped)
+# both engines (delta-spark's in make test-all: its exactly-once on appends is CI's in
+# test_appends_with_an_app_transaction_skip_a_version_the_table_records)
 @pytest.mark.parametrize(
-    "append_rows", [100_000, pytest.param(0, marks=pytest.mark.full)], ids=["delta-rs", "spark"]
+    "engine", ["delta-rs", pytest.param("delta-spark", marks=pytest.mark.full)]
 )
 def test_routed_writes_replay_only_the_table_that_missed_the_batch(
-    spark, settings, monkeypatch, append_rows
+    spark, store, settings, monkeypatch, engine
 ):
     """A foreachBatch flow writing two tables, killed between them: the restart writes the
-    batch to the second table only, each table once per batch (txnAppId/txnVersion)."""
-    from lakehouse.storage import table_store
-
-    store = table_store(spark, settings.with_overrides({"write.arrow_append_rows": append_rows}))
+    batch to the second table only, each table once per batch (its app transaction), each by
+    its engine."""
     append_versions(store, "bronze.r", [rows(0, 4), rows(4, 8)])
     checkpoint = settings.checkpoint_path("silver", "r")
     routes = [
-        ("silver.r_even", lambda b: b.where("k % 2 = 0"), ()),
-        ("silver.r_odd", lambda b: b.where("k % 2 = 1"), ()),
+        Route("silver.r_even", lambda b: b.where("k % 2 = 0"), engine=engine),
+        Route("silver.r_odd", lambda b: b.where("k % 2 = 1"), engine=engine),
     ]
 
     def run():
@@ -617,9 +549,7 @@ def test_routed_writes_replay_only_the_table_that_missed_the_batch(
         assert table.transaction_version(app_id) == 1, name
         writes = [h for h in table.history() if h["operation"] == "WRITE"]
         assert len(writes) == 2, name
-        # the first batch creates the table (delta-spark), the second is appended
-        engine = writes[0].get("engineInfo") or writes[0].get("clientVersion") or ""
-        assert ("delta-rs" in engine) == bool(append_rows), writes[0]
+        assert [("delta-rs" in _made_by(w)) for w in writes] == [engine == "delta-rs"] * 2
     before = version(store, "silver.r_odd")
     forget_last_batch(checkpoint)
     run()  # the whole batch replayed: both tables skip it
@@ -627,163 +557,67 @@ def test_routed_writes_replay_only_the_table_that_missed_the_batch(
     assert store.read("silver.r_even").count() == 4
 
 
-def test_an_append_delta_rs_cannot_make_is_delta_sparks(spark, store, monkeypatch):
-    """A table with in-commit timestamps (delta-rs 1.x refuses to commit to it), a batch
-    larger than ARROW_MAX_BYTES, a partitioned table: a micro-batch's rows are appended by
-    delta-spark, exactly once;
-    commits of both engines follow each other on one table and every row is read back.
-    (Each batch is cached and computed, as a flow's micro-batch is: its size is then known.)"""
+def test_a_large_micro_batch_reaches_delta_rs_in_chunks_and_one_commit(spark, store, monkeypatch):
+    """A micro-batch larger than one chunk (Spark's estimate of the cached batch; a chunk is
+    64 MiB, 2,000 bytes here) reaches delta-rs a chunk at a time, and is still one commit
+    that records its app transaction: in one file for a table streams read, its partitions'
+    for a partitioned table; a replay is skipped, and every row is there once."""
+    from lakehouse.storage import rs_writes
 
-    def batch_of(data):
-        frame = spark.createDataFrame(data, KV).persist()
-        assert frame.count() == len(data)
-        return frame
+    monkeypatch.setattr(rs_writes, "CHUNK_BYTES", 2_000)
+    batch = spark.createDataFrame(rows(0, 400), KV).repartition(4).persist()
+    assert batch.count() == 400 and rs_writes.estimated_bytes(batch) > 3 * 2_000
+    chunks = []
+    monkeypatch.setattr(rs_writes, "_chunks", _recording(rs_writes._chunks, chunks))
+    txn = ("app", 0)
+    store.write(batch, "silver.large", txn=txn, event_time="k", rows=400)
+    store.write(batch.limit(1), "silver.large", txn=txn, rows=1)  # replayed: skipped
+    assert chunks == [4]  # (the replay read nothing)
+    assertDataFrameEqual(store.read("silver.large"), spark.createDataFrame(rows(0, 400), KV))
+    path = store.path("silver.large")
+    assert dfiles.latest_version(path) == 1 and len(committed_files(path, 1)) == 1
+    assert DeltaTable(str(path)).transaction_version("app") == 0
 
-    store.write(spark.createDataFrame(rows(0, 2), KV), "silver.ict")
-    path = store.path("silver.ict")
-    assert store._append_arrow(batch_of(rows(2, 3)), "silver.ict", "app", 0, 1)
-    spark.sql(
-        f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableInCommitTimestamps = true)"
-    )
-    batch = batch_of(rows(3, 5))
-    assert not store._append_arrow(batch, "silver.ict", "app", 1, 2)
-    store._write_route(Route("silver.ict", lambda b: b), batch, 2, "app", 1)
-    store._write_route(Route("silver.ict", lambda b: b), batch, 2, "app", 1)  # replayed
-    assertDataFrameEqual(store.read("silver.ict"), spark.createDataFrame(rows(0, 5), KV))
-    engines = [
-        h.get("engineInfo") or h.get("clientVersion") or ""
-        for h in DeltaTable(str(path)).history()
-        if h["operation"] == "WRITE"
-    ]
-    assert ["delta-rs" in e for e in engines] == [False, True, False], engines
-
-    # a batch of few rows but many bytes (bronze.quarantine keeps long lines whole) is not
-    # copied to the driver's Python: delta-spark writes it (the size is that of the cached
-    # micro-batch, as Spark measured it when it computed it)
-    monkeypatch.setattr(store_module, "ARROW_MAX_BYTES", 2_000)
-    store.write(spark.createDataFrame(rows(0, 1), KV), "silver.wide")
-    wide = batch_of([(1, "x" * 5_000)])
-    assert not store._append_arrow(wide, "silver.wide", "app", 0, 1)
-    monkeypatch.setattr(store_module, "ARROW_MAX_BYTES", 20_000)
-    assert store._append_arrow(wide, "silver.wide", "app", 0, 1)
-
+    thirds = batch.selectExpr("k", "concat('v', k % 3) AS v").persist()
+    assert thirds.count() == 400
     store.create("silver.parts", spark.createDataFrame([], KV).schema, ["v"])
-    batch = batch_of(rows(0, 2))
-    assert not store._append_arrow(batch, "silver.parts", "app", 0, 2)  # (its partitions)
-    store._write_route(Route("silver.parts", lambda b: b, ("v",)), batch, 2, "app", 0)
-    assertDataFrameEqual(store.read("silver.parts"), batch)
-    assert DeltaTable(str(store.path("silver.parts"))).metadata().partition_columns == ["v"]
+    store.write(thirds, "silver.parts", txn=txn, rows=400)
+    expected = [(n, f"v{n % 3}") for n in range(400)]
+    assertDataFrameEqual(store.read("silver.parts"), spark.createDataFrame(expected, KV))
+    table = DeltaTable(str(store.path("silver.parts")))
+    assert table.metadata().partition_columns == ["v"] and table.version() == 1
+    assert sorted(p["v"] for p in table.partitions()) == ["v0", "v1", "v2"]
 
 
-def test_app_transactions_read_from_the_checksum_or_else_from_the_log(spark, store):
-    """Appends with (app id, version) skip a version the table records, whether the app's
-    version comes from the snapshot's checksum file or, without one, from the log; a batch of
-    no rows commits nothing; a schema that does not fit is refused naming the column."""
-    store.write(spark.createDataFrame(rows(0, 2), KV), "silver.t")  # created: version 0
-    store.write(spark.createDataFrame(rows(2, 4), KV), "silver.t", txn=("app", 0))
-    store.write(spark.createDataFrame(rows(2, 4), KV), "silver.t", txn=("app", 0))  # replay
-    store.write(spark.createDataFrame([], KV), "silver.t", txn=("app", 1))  # no rows
+def _recording(chunks_of, calls: list):
+    def chunks(df, count, schema):
+        calls.append(count)
+        return chunks_of(df, count, schema)
+
+    return chunks
+
+
+@pytest.mark.parametrize("engine", ["delta-rs", "delta-spark"])
+def test_appends_with_an_app_transaction_skip_a_version_the_table_records(spark, store, engine):
+    """Appends with (app id, version) skip a version the table records, or an earlier one of
+    that app; a schema that does not fit is refused in one line naming the column."""
+    write = functools.partial(store.write, engine=engine)
+    write(spark.createDataFrame(rows(0, 2), KV), "silver.t")  # created with them: version 0
+    write(spark.createDataFrame(rows(2, 4), KV), "silver.t", txn=("app", 3))
+    write(spark.createDataFrame(rows(2, 4), KV), "silver.t", txn=("app", 3))  # replay
+    write(spark.createDataFrame(rows(7, 9), KV), "silver.t", txn=("app", 2))  # an earlier one
     assert version(store, "silver.t") == 1
-    log_dir = store.path("silver.t") / "_delta_log"
-    assert (log_dir / f"{1:020d}.crc").exists()
-    (log_dir / f"{1:020d}.crc").unlink()  # as after a crash between the commit and its checksum
-    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # as in a new job
-    store.write(spark.createDataFrame(rows(2, 4), KV), "silver.t", txn=("app", 0))  # replay
-    store.write(spark.createDataFrame(rows(4, 5), KV), "silver.t", txn=("app", 1))
+    write(spark.createDataFrame(rows(4, 5), KV), "silver.t", txn=("app", 4))
     assert version(store, "silver.t") == 2
-    assert DeltaTable(str(store.path("silver.t"))).transaction_version("app") == 1
+    assert DeltaTable(str(store.path("silver.t"))).transaction_version("app") == 4
     assertDataFrameEqual(store.read("silver.t"), spark.createDataFrame(rows(0, 5), KV))
     wrong = spark.createDataFrame([(9, 9)], "k long, v long")
-    with pytest.raises(dfiles.SchemaMismatch, match="cannot write to table silver.t: .*v"):
-        store.write(wrong, "silver.t", txn=("app", 2))
+    with pytest.raises(Exception, match="v"):
+        write(wrong, "silver.t", txn=("app", 5))
+    if engine == "delta-rs":  # (delta-spark refuses it in its own words)
+        with pytest.raises(dfiles.SchemaMismatch, match="cannot write to table silver.t: .*v"):
+            write(wrong, "silver.t", txn=("app", 5))
     assert version(store, "silver.t") == 2
-
-
-def test_each_delta_rs_commit_leaves_the_checksum_delta_spark_would(spark, store):
-    """delta-rs writes no checksum file; each of its commits here gets the one delta-spark
-    derives (``N.crc``): delta-spark, rebuilding the table's state from its log, finds it
-    exact, and a reader takes the version's protocol and metadata from it, with no job."""
-    kv = "k long, v string"
-    name = "gold.summed"
-    store.create(name, spark.createDataFrame([], kv).schema)  # version 0, with its checksum
-    store.upsert(spark.createDataFrame([(1, "a"), (2, "b")], kv), name, ["k"], "app", 0)
-    store.upsert(spark.createDataFrame([(2, "c"), (3, "d")], kv), name, ["k"], "app", 1)
-    side = pa.table({"k": pa.array([9], pa.int64()), "v": pa.array(["s"])})
-    store.append_arrow_once(side, name, "side", 7)
-    table = DeltaTable(str(store.path(name)))
-    assert table.version() == 3
-    assert [h["operation"] for h in table.history()] == ["WRITE", "MERGE", "WRITE", "CREATE TABLE"]
-    log_dir = store.path(name) / "_delta_log"
-    last = json.loads((log_dir / f"{3:020d}.crc").read_text())
-    sizes = pa.table(table.get_add_actions(flatten=True)).column("size_bytes").to_pylist()
-    # the MERGE rewrote the first append's file: two files
-    assert (last["numFiles"], last["tableSizeBytes"]) == (2, sum(sizes)) and len(sizes) == 2
-    assert sorted((t["appId"], t["version"]) for t in last["setTransactions"]) == [
-        ("app", 1),
-        ("side", 7),
-    ]
-    assert sum(last["fileSizeHistogram"]["fileCounts"]) == 2
-    jvm = spark._jvm
-    jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # as in a new job
-    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
-        spark._jsparkSession, str(store.path(name))
-    ).update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-    assert snapshot.version() == 3 and snapshot.checksumOpt().isDefined()
-    # compares files, sizes, protocol, metadata, app transactions, histogram; fatal when unequal
-    assert snapshot.validateChecksum(getattr(snapshot, "validateChecksum$default$1")())
-    expected = [(1, "a"), (2, "c"), (3, "d"), (9, "s")]
-    assertDataFrameEqual(store.read(name), spark.createDataFrame(expected, kv))
-
-
-def test_no_checksum_is_written_where_it_cannot_be_exact(tmp_path):
-    """No checksum without the previous version's, nor after one not as delta-spark writes
-    it, nor for a commit removing a file whose size it does not give; never one written over
-    another; no app transactions where the table lets them expire (the previous checksum's
-    list may lack some its log still holds)."""
-    from deltalake import write_deltalake
-
-    root = tmp_path / "t"
-    write_deltalake(str(root), pa.table({"k": pa.array([1], pa.int64())}))  # no checksum
-    write_deltalake(str(root), pa.table({"k": pa.array([2], pa.int64())}), mode="append")
-    log_dir = root / "_delta_log"
-    assert not dfiles.write_checksum(root, 1)
-    odd = {"metadata": {"id": "x"}, "protocol": {"minReaderVersion": 1}}  # no sizes
-    (log_dir / f"{0:020d}.crc").write_text(json.dumps(odd))
-    assert not dfiles.write_checksum(root, 1)
-    checksum = {
-        "tableSizeBytes": 10,
-        "numFiles": 1,
-        "numMetadata": 1,
-        "numProtocol": 1,
-        "metadata": {"id": "x"},
-        "protocol": {"minReaderVersion": 1, "minWriterVersion": 2},
-    }
-    (log_dir / f"{0:020d}.crc").write_text(json.dumps(checksum))
-    (log_dir / f"{2:020d}.json").write_text(
-        json.dumps({"remove": {"path": "gone.parquet", "dataChange": True}}) + "\n"
-    )
-    assert dfiles.write_checksum(root, 1)
-    written = json.loads((log_dir / f"{1:020d}.crc").read_text())
-    commit = (log_dir / f"{1:020d}.json").read_text().splitlines()
-    added = next(json.loads(line)["add"]["size"] for line in commit if line.startswith('{"add"'))
-    assert (written["numFiles"], written["tableSizeBytes"]) == (2, 10 + added)
-    assert not dfiles.write_checksum(root, 2)
-    assert not (log_dir / f"{2:020d}.crc").exists()
-    assert not dfiles.write_checksum(root, 1)  # there already
-    assert json.loads((log_dir / f"{1:020d}.crc").read_text()) == written
-    # app transactions are carried where the table keeps them all, before and after a commit
-    kept = {"setTransactions": [{"appId": "a", "version": 3}]}
-    expiring = {"id": "x", "configuration": {"delta.setTransactionRetentionDuration": "1 day"}}
-    for before, after in [({"id": "x"}, {"id": "x"}), (expiring, {"id": "x"})]:
-        (log_dir / f"{1:020d}.crc").write_text(json.dumps({**written, **kept, "metadata": before}))
-        (log_dir / f"{2:020d}.crc").unlink(missing_ok=True)
-        commit = [{"metaData": after}, {"txn": {"appId": "b", "version": 0}}]
-        (log_dir / f"{2:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in commit))
-        assert dfiles.write_checksum(root, 2)
-        derived = json.loads((log_dir / f"{2:020d}.crc").read_text())
-        assert derived["metadata"] == after and derived["numFiles"] == written["numFiles"]
-        carried = [{"appId": "a", "version": 3}, {"appId": "b", "version": 0}]
-        assert derived.get("setTransactions") == (None if before is expiring else carried)
 
 
 def test_update_mode_merge_skips_a_replayed_batch_and_unsets_its_confs(spark, store, settings):

@@ -259,7 +259,7 @@ def maintain_table(
     _remove_empty_folders(path)
     after_version = dfiles.latest_version(path)
     if not checkpointed(path, after_version):  # after the vacuum: its commits too
-        _checkpoint(spark, path)
+        _checkpoint(path)
     return MaintenanceReport(
         table=name,
         version_before=before_version,
@@ -411,14 +411,11 @@ def maintenance_confs(spark: SparkSession, settings: Settings, force: bool) -> N
     )
 
 
-def _checkpoint(spark: SparkSession, path: Path) -> None:
-    """Write a Delta log checkpoint of the table's latest version (delta-spark has no public
-    API for it; it checkpoints every 10 commits by itself). Scala's default arguments do not
-    exist through py4j: every one is passed."""
-    jvm = spark._jvm
-    none = jvm.scala.Option.empty()
-    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))
-    log.checkpoint(log.update(False, none, none), none)
+def _checkpoint(path: Path) -> None:
+    """Write a Delta log checkpoint of the table's latest version, by delta-rs's public API
+    (delta-spark has none: it checkpoints every ``delta.checkpointInterval`` commits by
+    itself)."""
+    dfiles.open_table(path).create_checkpoint()
 
 
 def _files_on_disk(root: Path) -> set[Path]:

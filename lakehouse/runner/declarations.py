@@ -54,6 +54,16 @@ class PipelineGraph:
         names = [f.name for f in flows]
         if len(set(names)) != len(names):
             raise ValueError(f"a flow is declared twice: {names}")
+        engines: dict[str, set[str]] = {}
+        for flow in flows:
+            for output in flow.outputs:
+                engines.setdefault(output.table, set()).add(output.engine)
+        for table, found in engines.items():
+            if len(found) > 1:
+                raise ValueError(
+                    f"table {table} is declared with two engines ({', '.join(sorted(found))}): "
+                    "a table is written by one"
+                )
         return cls(flows)
 
     @property

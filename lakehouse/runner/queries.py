@@ -18,7 +18,7 @@ from lakehouse.runner.switch import finish_pending
 from lakehouse.settings import BronzeSettings, Settings
 from lakehouse.storage import deltafiles as dfiles
 from lakehouse.storage import trigger_kwargs
-from lakehouse.storage.store import Route
+from lakehouse.storage.streams import Route
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -174,7 +174,7 @@ def start_flow(
         log.info("flow %s: finished the switch of a full refresh killed before its end", flow.name)
     for output in flow.outputs:
         if output.schema is not None:
-            store.create(output.table, output.schema, output.partition_by)
+            store.create(output.table, output.schema, output.partition_by, engine=output.engine)
     checkpoint = settings.checkpoint_path(flow.layer, flow.flow)
     for path in checkpoints.remove_unfinished_writes(checkpoint):
         log.info("flow %s: removed %s, left by a job killed while writing it", flow.name, path)
@@ -250,9 +250,10 @@ def _start_sink(
             trigger=trigger,
             query_name=flow.name,
             options=options,
+            engine=out.engine,
         )
     routes = [
-        Route(o.table, o.rows or (lambda df: df), o.partition_by, o.event_time, o.upsert)
+        Route(o.table, o.rows or (lambda df: df), o.partition_by, o.event_time, o.upsert, o.engine)
         for o in flow.outputs
     ]
     return store.write_stream_routed(

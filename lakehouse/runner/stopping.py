@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse import checkpoints
 from lakehouse.session import spark_log_at
-from lakehouse.storage.store import BATCH_ENDED, BATCH_STEPS
+from lakehouse.storage.streams import BATCH_ENDED, BATCH_STEPS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -166,7 +166,7 @@ def stop_between_batches(
     micro-batch with data began meanwhile is stopped in that batch's first moments, which its
     restart repeats from the checkpoint (Spark has no way to stop a query between two
     micro-batches that follow each other at once; one cut inside its foreachBatch function
-    ends with :class:`lakehouse.storage.store.BatchInterrupted`). Returns the flows it stopped; one that ended by itself meanwhile is not among
+    ends with :class:`lakehouse.storage.streams.BatchInterrupted`). Returns the flows it stopped; one that ended by itself meanwhile is not among
     them. The rest at once on a second signal."""
     running = {name: batch_id(query) for name, query in queries.items() if query.isActive}
     committed: dict[str, int] = {}  # the batch each was in when asked, once it committed

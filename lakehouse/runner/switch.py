@@ -194,7 +194,7 @@ def switch(store, settings: Settings, base: Path, out) -> None:
         if staged_rows is None:
             continue
         rows, new, old, whose = staged_rows
-        store.replace(rows, table, owners[0][1].partition_by, txn=txn)
+        store.replace(rows, table, owners[0][1].partition_by, txn=txn, engine=owners[0][1].engine)
         store.register_again(table)
         had = "" if old is None else f"; {'they were' if whose else 'it had'} {old:,}"
         print(f"  {whose}{table}: switched to {new:,} rebuilt rows{had}", file=out)

@@ -6,17 +6,22 @@ later version in the order its commit lists the files. Its watermark follows the
 time it has seen, so a file admitted early that holds the latest hours of a micro-batch makes
 the earlier hours of the files after it "late", and the watermark drops on-time rows.
 
-So the flows write a micro-batch's rows for such a table clustered by event time: one file when
-the batch is small, else files that each hold one range of event times. At commit the files are
-listed by their first event time (from their statistics), and their modification times are set
-one millisecond apart in that order, so the snapshot order and the commit order are both event
-time order. A reader then sees the rows of every micro-batch in time order, whatever its file
-limit; across versions it sees them in the order the writer committed them.
+So the flows write a micro-batch's rows for such a table (an output with an ``event_time``) so
+that no file of a commit holds later hours than a file after it:
 
-What can still come out of order, and is then dropped and counted like any late row: rows a
-writer committed after later event times (late input, truly late), and files not written by the
-flows, such as those ``lakehouse maintain`` compacts, for a stream that starts from a snapshot
-of them (compaction is skipped by streams already reading the table).
+- by delta-rs (the default engine), in one file per micro-batch, however large: delta-rs writes
+  a large micro-batch in parallel and lists its files in no time order, so it is not split;
+- by delta-spark, clustered by event time (:func:`clustered`): one file when the batch is small,
+  else one range of event times per partition, which delta-spark's commit lists in partition
+  order.
+
+The runner starts a new reader of a table whose log is appends since version 0 at version 0
+(lakehouse.runner.queries.input_starts), so it reads the commits in the order they came, each
+in its files' order. What can still come out of order, and is then dropped and counted like any
+late row: rows a writer committed after later event times (late input, truly late), and a
+stream that starts from a snapshot (a table compacted by ``lakehouse maintain``, or rewritten
+by a full refresh), whose files come by modification time, which no public API of either
+engine sets.
 """
 
 from __future__ import annotations
@@ -24,13 +29,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-F = TypeVar("F")
 
 
 def clustered(df: DataFrame, column: str, rows: int, rows_per_file: int) -> DataFrame:
@@ -57,19 +59,3 @@ def first_time(stats: str | None, column: str) -> dt.datetime | None:
     except ValueError:
         return None
     return found if found.tzinfo else found.replace(tzinfo=dt.UTC)
-
-
-_NONE_FIRST = dt.datetime.min.replace(tzinfo=dt.UTC)
-
-
-def in_time_order(files: Sequence[F], column: str, stats: Callable[[F], str | None]) -> list[F]:
-    """``files`` by their first value of ``column``; files without one first, in their order."""
-    keyed = [(first_time(stats(f), column) or _NONE_FIRST, i) for i, f in enumerate(files)]
-    return [files[i] for _t, i in sorted(keyed)]
-
-
-def commit_times(times: Sequence[int]) -> list[int]:
-    """Modification times (ms) for files committed in this order: one millisecond apart from
-    the latest of their own, so (modification time, path) keeps the order."""
-    base = max(times, default=0)
-    return [base + i for i in range(len(times))]

@@ -92,7 +92,7 @@ def final_views(
     added to ``written``)."""
     from lakehouse.runner import completeness_columns
     from lakehouse.runner.monitoring import COMPLETENESS_TABLE
-    from lakehouse.storage.store import catalog_entry
+    from lakehouse.storage.catalog import catalog_entry
 
     views = []
     for outputs in completeness_columns().values():
